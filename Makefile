@@ -1,0 +1,42 @@
+# coordhost — see README.md. Every target works on a fresh Debian bookworm
+# machine with Go, gcc and apt; `make test` installs the Redis servers first.
+
+GO        ?= go
+BIN       := bin/coordhost
+REDIS_ENV := .cache/redis-env.sh
+
+.PHONY: all build test test-short redis run bench lint depcheck clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/coordhost
+
+# redis makes sure Redis 7.0 (Debian bookworm) and Redis 8.0 (Debian trixie,
+# unpacked into .cache/redis-8) exist, and writes their paths to $(REDIS_ENV).
+redis:
+	bash scripts/redis-servers.sh
+
+test: redis lint depcheck
+	. ./$(REDIS_ENV) && $(GO) test -race -count=1 -timeout 20m ./...
+
+test-short: redis
+	. ./$(REDIS_ENV) && $(GO) test -count=1 -short ./...
+
+run: build
+	bash scripts/demo.sh $(BIN)
+
+bench: redis
+	. ./$(REDIS_ENV) && cd bench && $(GO) run ./cmd/lockbench -out RESULTS.md
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+
+depcheck:
+	$(GO) run ./internal/depcheck
+
+clean:
+	rm -rf bin
