@@ -1,0 +1,16 @@
+// Package lua holds coordhost's Redis scripts, one file per script, embedded
+// at build time. Each file's header documents its KEYS, ARGV, result, errors
+// and minimum server version.
+package lua
+
+import _ "embed"
+
+// Lock scripts (primitives/lock).
+var (
+	//go:embed lock_acquire.lua
+	LockAcquire string
+	//go:embed lock_release.lua
+	LockRelease string
+	//go:embed lock_renew.lua
+	LockRenew string
+)

@@ -1,0 +1,67 @@
+package handle
+
+import (
+	"testing"
+	"time"
+)
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestEstimateRunsOut(t *testing.T) {
+	s := New(time.Now(), 30*time.Millisecond)
+	if closed(s.Done()) || s.Remaining() <= 0 || !s.CanRenew(time.Now()) {
+		t.Fatal("fresh handle should be live")
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done did not close after the estimate ran out")
+	}
+	if s.CanRenew(time.Now()) || s.Remaining() != 0 {
+		t.Fatal("expired handle must refuse renewals")
+	}
+}
+
+func TestAcquiredTooLate(t *testing.T) {
+	s := New(time.Now().Add(-time.Second), 500*time.Millisecond)
+	if !closed(s.Done()) || s.CanRenew(time.Now()) {
+		t.Fatal("a handle whose estimate ran out before the reply must start closed")
+	}
+}
+
+func TestRenewMovesDeadline(t *testing.T) {
+	s := New(time.Now(), 40*time.Millisecond)
+	s.Renewed(time.Now(), time.Hour)
+	time.Sleep(80 * time.Millisecond)
+	if closed(s.Done()) {
+		t.Fatal("renewed handle closed at the old deadline")
+	}
+	if s.Remaining() < 59*time.Minute {
+		t.Fatalf("remaining %v", s.Remaining())
+	}
+}
+
+func TestLostAndReleasedAreFinal(t *testing.T) {
+	s := New(time.Now(), time.Hour)
+	s.Lost()
+	if !closed(s.Done()) || s.CanRenew(time.Now()) || s.Remaining() != 0 {
+		t.Fatal("lost handle must be closed and refuse renewals")
+	}
+	s.Renewed(time.Now(), time.Hour) // an in-flight renewal accepted late
+	if !closed(s.Done()) || s.CanRenew(time.Now()) {
+		t.Fatal("closing must stay final")
+	}
+	r := New(time.Now(), time.Hour)
+	r.Released()
+	r.Released()
+	if !closed(r.Done()) || !r.IsReleased() {
+		t.Fatal("released handle must be closed")
+	}
+}

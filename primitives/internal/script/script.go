@@ -1,0 +1,105 @@
+// Package script runs coordhost's Lua scripts: EVALSHA first, EVAL on
+// NOSCRIPT, and never an automatic retry, because a retried grant can
+// increment a fencing counter twice (DESIGN.md §3).
+package script
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// Script is one Lua script with its precomputed SHA1. Safe for concurrent use.
+type Script struct {
+	name string
+	src  string
+	sha  string
+}
+
+// New returns a Script named name (used in errors) with source src.
+func New(name, src string) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// Name returns the script's name.
+func (s *Script) Name() string { return s.name }
+
+// Run executes the script on c (a client or a dedicated connection) with
+// keys and args. On NOSCRIPT it sends the full source once. The command is
+// never marked retryable. Error replies the script raises on purpose come
+// back as *Error; transport errors as they are.
+func (s *Script) Run(ctx context.Context, c rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
+	resp := c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	if rerr, ok := rueidis.IsRedisErr(resp.Error()); ok && rerr.IsNoScript() {
+		resp = c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	return resp
+}
+
+// Code classifies an error reply raised by a script or by Redis inside it.
+type Code int
+
+const (
+	// CodeOther is an error reply with no special meaning to coordhost.
+	CodeOther Code = iota
+	// CodeWrongType is Redis' WRONGTYPE: a key holds a foreign value.
+	CodeWrongType
+	// CodeBadCounter is COORDHOST_BADCOUNTER: a fencing counter is unusable.
+	CodeBadCounter
+)
+
+// Error is a Redis error reply from a script, classified.
+type Error struct {
+	Script string
+	Code   Code
+	Msg    string // the reply text without its code word for coordhost codes
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("script %s: %s", e.Script, e.Msg)
+}
+
+// Classify turns an error reply from Run into *Error and leaves other errors
+// (transport, context) untouched. It returns nil for nil.
+func (s *Script) Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	rerr, ok := rueidis.IsRedisErr(err)
+	if !ok || rerr == nil || rueidis.IsRedisNil(err) {
+		return err
+	}
+	msg := rerr.Error()
+	// Errors raised by redis.call inside a script carry "ERR Error running
+	// script ... : WRONGTYPE ..." on old servers and "WRONGTYPE ..." with a
+	// script suffix on newer ones; match the word anywhere.
+	switch {
+	case strings.Contains(msg, "COORDHOST_BADCOUNTER"):
+		detail := msg[strings.Index(msg, "COORDHOST_BADCOUNTER")+len("COORDHOST_BADCOUNTER"):]
+		return &Error{Script: s.name, Code: CodeBadCounter, Msg: strings.TrimSpace(detail)}
+	case strings.Contains(msg, "WRONGTYPE"):
+		return &Error{Script: s.name, Code: CodeWrongType, Msg: msg}
+	}
+	return &Error{Script: s.name, Code: CodeOther, Msg: msg}
+}
+
+// IsUncertain reports whether err leaves the outcome of a command unknown:
+// a transport error, timeout or cancellation after the command may have been
+// written. A Redis error reply is certain: the server answered.
+func IsUncertain(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return false
+	}
+	_, ok := rueidis.IsRedisErr(err)
+	return !ok
+}

@@ -1,0 +1,544 @@
+// Package wait is the wait engine: it puts waiters to sleep until the
+// server says the resource they want may have changed, and wakes them at the
+// holder's expiry even when the server says nothing (DESIGN.md §4.6).
+//
+// Wake sources, by mode:
+//   - ModeTrack (standalone or sentinel client speaking RESP3): the engine's
+//     dedicated connection has CLIENT TRACKING on; the queue head re-attempts
+//     on that connection, so the attempt's own read registers the key and
+//     any later change sends an invalidation. This is the fast path.
+//   - ModeChannel (cluster clients, RESP2, or tracking refused): the engine
+//     SUBSCRIBEs its dedicated connection to each key's release channel
+//     before the first attempt that could decide to sleep.
+//   - ModePoll (pub/sub refused): no notifications; waiters re-attempt at
+//     most every PollInterval.
+//
+// In every mode a waiter also wakes at the holder's remaining TTL reported
+// by its last attempt, and at the bound its retry policy sets. Per key only
+// the head of the local FIFO queue re-attempts, so a release costs O(1)
+// commands per process whatever the number of local waiters. Connection
+// loss wakes every head.
+package wait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/coordhost/coordhost/policies"
+	"github.com/redis/rueidis"
+)
+
+// Mode says where wake-ups come from.
+type Mode int
+
+const (
+	// ModeAuto picks ModeTrack when possible, else ModeChannel, else
+	// ModePoll.
+	ModeAuto Mode = iota
+	// ModeTrack wakes on client-tracking invalidations.
+	ModeTrack
+	// ModeChannel wakes on release-channel messages.
+	ModeChannel
+	// ModePoll wakes on a bounded timer only.
+	ModePoll
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	return [...]string{"auto", "track", "channel", "poll"}[m]
+}
+
+// DefaultPollInterval bounds a waiter's sleep in ModePoll.
+const DefaultPollInterval = 100 * time.Millisecond
+
+// expiryMargin is added to the holder's TTL before re-attempting, so the
+// attempt lands after the server considers the key expired.
+const expiryMargin = time.Millisecond
+
+// Errors returned by Wait.
+var (
+	ErrGaveUp = errors.New("retry policy gave up")
+	ErrClosed = errors.New("wait engine closed")
+)
+
+// Retryable marks an attempt error that should be retried per policy
+// (reason "error") rather than end the wait.
+type Retryable struct{ Err error }
+
+func (r *Retryable) Error() string { return r.Err.Error() }
+func (r *Retryable) Unwrap() error { return r.Err }
+
+// Outcome is what one attempt found.
+type Outcome struct {
+	Acquired bool
+	// HolderTTL is the holder's remaining TTL; negative when unknown or the
+	// key does not expire.
+	HolderTTL time.Duration
+}
+
+// Attempt tries once to acquire, on the given connection.
+type Attempt func(ctx context.Context, c rueidis.CoreClient) (Outcome, error)
+
+// Options configure an Engine. The zero value picks the mode automatically.
+type Options struct {
+	Mode         Mode
+	PollInterval time.Duration // ModePoll bound; 0 means DefaultPollInterval
+}
+
+// Engine serves every waiter of one rueidis client. Safe for concurrent
+// use. Close stops its dedicated connection.
+type Engine struct {
+	client rueidis.Client
+	opts   Options
+
+	mu      sync.Mutex
+	closed  bool
+	conn    *dconn
+	dialing chan struct{} // closed when the dial under way ends
+	queues  map[string]*queue
+	byChan  map[string]*queue
+
+	stats Stats
+}
+
+// Stats counts engine events (for tests and metrics).
+type Stats struct {
+	Attempts      int64 // head re-attempts
+	Invalidations int64
+	Messages      int64
+	ConnLost      int64
+}
+
+// New returns an engine for client. It dials nothing until a waiter needs
+// it.
+func New(client rueidis.Client, opts Options) *Engine {
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	return &Engine{client: client, opts: opts, queues: map[string]*queue{}, byChan: map[string]*queue{}}
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+// Mode returns the mode of the current connection, or ModeAuto if none.
+func (e *Engine) Mode() Mode {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.conn == nil {
+		return ModeAuto
+	}
+	return e.conn.mode
+}
+
+// Close wakes every waiter with ErrClosed and closes the dedicated
+// connection. Idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	conn := e.conn
+	e.conn = nil
+	for _, q := range e.queues {
+		for _, w := range q.waiters {
+			w.signal()
+		}
+		q.wake()
+	}
+	e.mu.Unlock()
+	if conn != nil {
+		conn.close()
+	}
+	return nil
+}
+
+// queue holds the local waiters of one key, oldest first.
+type queue struct {
+	key, channel string
+	waiters      []*waiter
+	wakec        chan struct{} // buffered 1: a wake for the head
+}
+
+func (q *queue) wake() {
+	select {
+	case q.wakec <- struct{}{}:
+	default:
+	}
+}
+
+type waiter struct {
+	turn chan struct{} // buffered 1: becomes head, or engine closed
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.turn <- struct{}{}:
+	default:
+	}
+}
+
+// Request describes one wait.
+type Request struct {
+	Key     string // full Redis key, used to match invalidations
+	Channel string // release channel
+	Policy  policies.RetryPolicy
+	// Start is when the caller's first attempt was sent; Elapsed for the
+	// policy is measured from it.
+	Start time.Time
+	// Attempts made before Wait (the caller's fast path); the first failed
+	// attempt counts as 1.
+	Attempts int
+	// HolderTTL from the caller's last attempt.
+	HolderTTL time.Duration
+}
+
+// Wait blocks until attempt acquires (nil), the policy gives up (ErrGaveUp),
+// ctx ends (ctx.Err()), the engine closes (ErrClosed) or attempt returns an
+// error that is not *Retryable. The caller's own attempt failed just before
+// Wait; Wait re-attempts once right after registering interest, so a release
+// in between is never missed.
+func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
+	q, w, err := e.join(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer e.leave(q, w)
+
+	// Wait for our turn at the head of the local queue.
+	for !e.isHead(q, w) {
+		select {
+		case <-w.turn:
+			if e.Closed() {
+				return ErrClosed
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	attempts := req.Attempts
+	holderTTL := req.HolderTTL
+	var lastErr error
+	reason := policies.ReasonContended
+	first := true
+	for {
+		if !first {
+			if attempts == 0 {
+				attempts = 1
+			}
+			dec := policyDecide(req.Policy, policies.RetryRequest{
+				Attempt:   attempts,
+				Reason:    reason,
+				Elapsed:   time.Since(req.Start),
+				HolderTTL: holderTTL,
+				Rand:      rand.Uint64(),
+			})
+			if dec.Action == policies.GiveUp {
+				if lastErr != nil {
+					return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, attempts, lastErr)
+				}
+				return fmt.Errorf("%w after %d attempts", ErrGaveUp, attempts)
+			}
+			if err := e.sleep(ctx, q, dec, holderTTL); err != nil {
+				return err
+			}
+		}
+		first = false
+
+		conn, err := e.connFor(ctx, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// No dedicated connection: attempt on the client and rely on
+			// timers until the next try dials again.
+			conn = nil
+		}
+		// Drain before sending: a wake after this point stays buffered.
+		select {
+		case <-q.wakec:
+		default:
+		}
+		var c rueidis.CoreClient = e.client
+		if conn != nil && conn.mode == ModeTrack {
+			c = conn.c
+		}
+		e.mu.Lock()
+		e.stats.Attempts++
+		e.mu.Unlock()
+		out, err := attempt(ctx, c)
+		attempts++
+		if err == nil && out.Acquired {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var r *Retryable
+			if !errors.As(err, &r) {
+				return err
+			}
+			if conn != nil && c == conn.c {
+				e.dropConn(conn)
+			}
+			reason, lastErr, holderTTL = policies.ReasonError, err, -1
+			continue
+		}
+		reason, lastErr, holderTTL = policies.ReasonContended, nil, out.HolderTTL
+	}
+}
+
+func policyDecide(p policies.RetryPolicy, r policies.RetryRequest) policies.RetryDecision {
+	if p == nil {
+		return policies.RetryDecision{Action: policies.WaitForWake}
+	}
+	return p.DecideRetry(r)
+}
+
+// sleep waits as the decision says, never past the holder's expiry.
+func (e *Engine) sleep(ctx context.Context, q *queue, dec policies.RetryDecision, holderTTL time.Duration) error {
+	d := dec.Delay
+	if dec.Action == policies.RetryAfter {
+		if d <= 0 {
+			return ctx.Err()
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if holderTTL >= 0 {
+		if h := holderTTL + expiryMargin; d <= 0 || h < d {
+			d = h
+		}
+	}
+	if e.Mode() == ModePoll || e.Mode() == ModeAuto {
+		if d <= 0 || d > e.opts.PollInterval {
+			d = e.opts.PollInterval
+		}
+	}
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-q.wakec:
+	case <-timeout:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e.Closed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Closed reports whether Close has been called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func (e *Engine) isHead(q *queue, w *waiter) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed || (len(q.waiters) > 0 && q.waiters[0] == w)
+}
+
+func (e *Engine) join(ctx context.Context, req Request) (*queue, *waiter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	w := &waiter{turn: make(chan struct{}, 1)}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, nil, ErrClosed
+	}
+	q := e.queues[req.Key]
+	if q == nil {
+		q = &queue{key: req.Key, channel: req.Channel, wakec: make(chan struct{}, 1)}
+		e.queues[req.Key] = q
+		if req.Channel != "" {
+			e.byChan[req.Channel] = q
+		}
+	}
+	q.waiters = append(q.waiters, w)
+	return q, w, nil
+}
+
+func (e *Engine) leave(q *queue, w *waiter) {
+	e.mu.Lock()
+	wasHead := len(q.waiters) > 0 && q.waiters[0] == w
+	for i, x := range q.waiters {
+		if x == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
+		}
+	}
+	var unsub *dconn
+	if len(q.waiters) == 0 {
+		delete(e.queues, q.key)
+		if q.channel != "" {
+			delete(e.byChan, q.channel)
+			if e.conn != nil && e.conn.mode == ModeChannel {
+				if _, ok := e.conn.subs[q.channel]; ok {
+					delete(e.conn.subs, q.channel)
+					unsub = e.conn
+				}
+			}
+		}
+	} else if wasHead {
+		q.waiters[0].signal()
+	}
+	e.mu.Unlock()
+	if unsub != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		// Best effort: a stale subscription costs only a spurious message.
+		_ = unsub.c.Do(ctx, unsub.c.B().Unsubscribe().Channel(q.channel).Build()).Error()
+	}
+}
+
+// connFor returns the dedicated connection with q's channel subscribed (in
+// ModeChannel), dialing one if needed.
+func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, error) {
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if e.conn != nil {
+			conn := e.conn
+			_, subscribed := conn.subs[q.channel]
+			e.mu.Unlock()
+			if conn.mode != ModeChannel || q.channel == "" || subscribed {
+				return conn, nil
+			}
+			// SUBSCRIBE returns after the server confirmed it, so the
+			// attempt that follows cannot miss a release.
+			if err := conn.c.Do(ctx, conn.c.B().Subscribe().Channel(q.channel).Build()).Error(); err != nil {
+				if isTransport(err) {
+					e.dropConn(conn)
+					return nil, err
+				}
+				// Pub/sub refused (ACL): fall back to polling.
+				e.mu.Lock()
+				conn.mode = ModePoll
+				e.mu.Unlock()
+				return conn, nil
+			}
+			e.mu.Lock()
+			conn.subs[q.channel] = struct{}{}
+			e.mu.Unlock()
+			return conn, nil
+		}
+		if e.dialing != nil {
+			ch := e.dialing
+			e.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		e.dialing = ch
+		e.mu.Unlock()
+
+		conn, err := dial(e.client, e.opts.Mode, e.onMessage, e.onInvalidations)
+		e.mu.Lock()
+		e.dialing = nil
+		close(ch)
+		if err != nil {
+			e.mu.Unlock()
+			return nil, err
+		}
+		if e.closed {
+			e.mu.Unlock()
+			conn.close()
+			return nil, ErrClosed
+		}
+		e.conn = conn
+		e.mu.Unlock()
+		go e.watch(conn)
+	}
+}
+
+// watch wakes everyone when the dedicated connection dies.
+func (e *Engine) watch(conn *dconn) {
+	if conn.errc != nil {
+		<-conn.errc
+	}
+	e.dropConn(conn)
+}
+
+// dropConn forgets conn (if current), closes it and wakes every head, so
+// each re-attempts and re-registers on a fresh connection.
+func (e *Engine) dropConn(conn *dconn) {
+	e.mu.Lock()
+	if e.conn != conn {
+		e.mu.Unlock()
+		return
+	}
+	e.conn = nil
+	e.stats.ConnLost++
+	for _, q := range e.queues {
+		q.wake()
+	}
+	e.mu.Unlock()
+	conn.close()
+}
+
+func (e *Engine) onMessage(m rueidis.PubSubMessage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.Messages++
+	if q := e.byChan[m.Channel]; q != nil {
+		q.wake()
+	}
+}
+
+// onInvalidations runs on the connection's reader goroutine: only signal.
+// A nil list (FLUSHALL, tracking table overflow) wakes every head.
+func (e *Engine) onInvalidations(keys []rueidis.RedisMessage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.Invalidations++
+	if keys == nil {
+		for _, q := range e.queues {
+			q.wake()
+		}
+		return
+	}
+	for _, k := range keys {
+		s, err := k.ToString()
+		if err != nil {
+			continue
+		}
+		if q := e.queues[s]; q != nil {
+			q.wake()
+		}
+	}
+}

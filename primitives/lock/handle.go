@@ -1,0 +1,154 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/redis/rueidis"
+)
+
+// Lock is a granted lock. All methods are safe for concurrent use; copies
+// of a *Lock share one state.
+type Lock struct {
+	client  rueidis.Client
+	key     string
+	token   string
+	channel string
+	fence   int64
+	state   *handle.State
+}
+
+var _ primitives.Lease = (*Lock)(nil)
+
+// Key returns the lock's Redis key, prefix included.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the random ownership token stored at the key.
+func (l *Lock) Token() string { return l.token }
+
+// FencingToken returns the counter value this grant received, strictly
+// greater than any earlier grant's on the same key; 0 when fencing is off.
+func (l *Lock) FencingToken() int64 { return l.fence }
+
+// Remaining returns the local estimate of the time left, measured from
+// before the acquire (or last accepted renewal) was sent, so it never
+// exceeds the server's TTL. Zero once lost or released.
+func (l *Lock) Remaining() time.Duration { return l.state.Remaining() }
+
+// Done is closed when the estimate runs out, ownership is found lost or
+// becomes uncertain, or the lock is released. Protected work should stop
+// when it closes. Closing is final.
+func (l *Lock) Done() <-chan struct{} { return l.state.Done() }
+
+// Renew sets the lock's TTL to ttl from now if this handle still owns it.
+// It returns false without a round trip when the estimate has already run
+// out or the lock was lost or released; false after a round trip when
+// another owner holds the key (the handle is then lost). A transport error
+// or cancellation leaves the outcome unknown: the handle fails closed (Done
+// closes, later renewals return false) and the error is returned. ttl
+// follows the rules of Locker.TryAcquire.
+func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	ttl, ms, err := leaseMillis(ttl)
+	if err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	sent := time.Now()
+	if !l.state.CanRenew(sent) {
+		return false, nil
+	}
+	n, err := renewScript.Run(ctx, l.client, []string{l.key}, []string{l.token, ms}).AsInt64()
+	if err != nil {
+		err = renewScript.Classify(err)
+		if script.IsUncertain(err) {
+			l.state.Lost()
+			return false, fmt.Errorf("lock %q: renew outcome unknown, handle closed: %w", l.key, err)
+		}
+		l.state.Lost()
+		return false, mapScriptErr(l.key, err)
+	}
+	if n != 1 {
+		l.state.Lost()
+		return false, nil
+	}
+	l.state.Renewed(sent, ttl)
+	return true, nil
+}
+
+// Verify asks the server whether this handle still owns the lock. A false
+// answer marks the handle lost. Errors leave the handle as it was.
+func (l *Lock) Verify(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	v, err := l.client.Do(ctx, l.client.B().Get().Key(l.key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		l.state.Lost()
+		return false, nil
+	}
+	if err != nil {
+		if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+			l.state.Lost()
+			return false, nil
+		}
+		return false, fmt.Errorf("lock %q: verify: %w", l.key, err)
+	}
+	if v != l.token {
+		l.state.Lost()
+		return false, nil
+	}
+	return true, nil
+}
+
+// Release deletes the lock if this handle still owns it and announces the
+// release on the key's channel (fire and forget). It returns
+// primitives.Released, primitives.AlreadyReleased (released before through
+// this handle, or expired and free) or primitives.NotOwned (another owner
+// holds it; nothing deleted). A transport error or cancellation returns the
+// error and closes Done; calling Release again settles ownership.
+func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
+	if l.state.IsReleased() {
+		return primitives.AlreadyReleased, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.token, l.channel}).AsInt64()
+	if err != nil {
+		err = releaseScript.Classify(err)
+		l.state.Lost()
+		if script.IsUncertain(err) {
+			return 0, fmt.Errorf("lock %q: release outcome unknown: %w", l.key, err)
+		}
+		return 0, mapScriptErr(l.key, err)
+	}
+	l.state.Released()
+	switch n {
+	case 1:
+		return primitives.Released, nil
+	case 0:
+		return primitives.AlreadyReleased, nil
+	}
+	return primitives.NotOwned, nil
+}
+
+// Close releases the lock best effort within DefaultCloseTimeout. It never
+// deletes another owner's lock and is idempotent; it returns an error only
+// when the release outcome stayed unknown.
+func (l *Lock) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
+	defer cancel()
+	_, err := l.Release(ctx)
+	if errors.Is(err, primitives.ErrWrongType) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,352 @@
+// Package lock implements owner-checked Redis locks over rueidis, with
+// opt-in fencing tokens and waiting driven by server notifications.
+//
+// A Locker takes a caller-owned rueidis.Client and never closes it. A lock
+// is one Redis string key holding a random ownership token with a TTL
+// (SET NX PX semantics); renew and release compare the token in one script.
+// With Options.Fencing, each grant also increments a per-key counter in the
+// same script and returns it as the fencing token, which a protected
+// resource compares to reject writes from a holder that lost the lock.
+//
+// Waiting (Acquire) never polls blindly: it sleeps until a client-tracking
+// invalidation or a release-channel message says the key changed, or until
+// the holder's TTL runs out, bounded by the retry policy. See the package
+// wait documentation in primitives/internal/wait for which client options
+// give the fast path: a standalone RESP3 client (rueidis' default).
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/coordhost/coordhost/lua"
+	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/policies/builtin"
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
+	"github.com/redis/rueidis"
+)
+
+// DefaultCloseTimeout bounds the best-effort release of Lock.Close and the
+// cleanup after an uncertain acquire.
+const DefaultCloseTimeout = 2 * time.Second
+
+// ReservedPrefix is the namespace, right after Options.Prefix, where the
+// Locker keeps fencing counters and release channels. Lock keys may not
+// start with it.
+const ReservedPrefix = keys.Reserved
+
+// Scripts are immutable after init.
+var (
+	acquireScript = script.New("lock_acquire", lua.LockAcquire)
+	releaseScript = script.New("lock_release", lua.LockRelease)
+	renewScript   = script.New("lock_renew", lua.LockRenew)
+)
+
+// Options configure a Locker. The zero value is a valid configuration:
+// no prefix, no fencing, exponential backoff waiting.
+type Options struct {
+	// Prefix is prepended to every lock key (e.g. "app:locks:").
+	Prefix string
+	// Fencing makes every grant increment a per-key counter (kept under
+	// Prefix+ReservedPrefix) and return it as Lock.FencingToken.
+	Fencing bool
+	// Retry decides how Acquire waits after a failed attempt. Nil means
+	// builtin.Exponential{} (10ms base, 1s cap, full jitter, never gives
+	// up). Whatever it says, a waiter also wakes at the holder's expiry
+	// and on server notifications.
+	Retry policies.RetryPolicy
+	// WaitMode forces a wake-up source (tests, diagnostics). The zero value
+	// picks the best the client supports.
+	WaitMode WaitMode
+}
+
+// WaitMode selects where waiters' wake-ups come from.
+type WaitMode int
+
+const (
+	// WaitAuto uses client tracking on standalone RESP3 clients, the
+	// release channel on cluster or RESP2 clients, and polling when
+	// pub/sub is refused.
+	WaitAuto WaitMode = iota
+	// WaitChannel uses the release channel even where tracking works.
+	WaitChannel
+	// WaitPoll uses neither; waiters re-attempt at least every 100ms.
+	WaitPoll
+)
+
+// Locker acquires locks on one client. Safe for concurrent use; create one
+// per client and share it, since each Locker keeps one dedicated connection
+// for waiting.
+type Locker struct {
+	client rueidis.Client
+	space  keys.Space
+	fence  bool
+	retry  policies.RetryPolicy
+	engine *wait.Engine
+}
+
+// New returns a Locker on client. It does not dial anything. Errors wrap
+// primitives.ErrInvalidOptions.
+func New(client rueidis.Client, opts Options) (*Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: lock: nil rueidis client", primitives.ErrInvalidOptions)
+	}
+	if opts.WaitMode < WaitAuto || opts.WaitMode > WaitPoll {
+		return nil, fmt.Errorf("%w: lock: unknown WaitMode %d", primitives.ErrInvalidOptions, opts.WaitMode)
+	}
+	retry := opts.Retry
+	if retry == nil {
+		retry = builtin.Exponential{}
+	}
+	if v, ok := retry.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: lock: retry policy: %w", primitives.ErrInvalidOptions, err)
+		}
+	}
+	mode := map[WaitMode]wait.Mode{WaitAuto: wait.ModeAuto, WaitChannel: wait.ModeChannel, WaitPoll: wait.ModePoll}[opts.WaitMode]
+	return &Locker{
+		client: client,
+		space:  keys.Space{Prefix: opts.Prefix},
+		fence:  opts.Fencing,
+		retry:  retry,
+		engine: wait.New(client, wait.Options{Mode: mode}),
+	}, nil
+}
+
+// Close stops the Locker's waiting machinery: blocked Acquire calls return
+// primitives.ErrClosed. Locks already granted keep working. It does not
+// close the client. Idempotent.
+func (l *Locker) Close() error {
+	return l.engine.Close()
+}
+
+// TryAcquire makes one attempt to take the lock key for ttl and never
+// waits. Contention returns an error matching primitives.ErrNotAcquired.
+// ttl is rounded up to whole milliseconds and must be at least 1ms.
+//
+// Other errors: primitives.ErrInvalidKey, primitives.ErrInvalidTTL (nothing
+// sent), primitives.ErrWrongType, primitives.ErrCorruptCounter (nothing
+// written), ctx.Err(), or a transport error. When the reply is lost the
+// lock may have been granted; TryAcquire then releases it best effort.
+func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	req, err := l.prepare(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	lk, holderTTL, err := l.attempt(ctx, l.client, req)
+	if err != nil {
+		return nil, err
+	}
+	if lk == nil {
+		return nil, notAcquired(req.key, holderTTL)
+	}
+	return lk, nil
+}
+
+// Acquire takes the lock key for ttl, waiting while another owner holds
+// it, until ctx ends (the error then matches ctx.Err()), the retry policy
+// gives up (primitives.ErrNotAcquired), or the Locker closes
+// (primitives.ErrClosed). Bad input fails as in TryAcquire, before anything
+// is sent.
+func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	req, err := l.prepare(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	lk, holderTTL, err := l.attempt(ctx, l.client, req)
+	if err != nil && !isRetryable(ctx, err) {
+		return nil, err
+	}
+	if lk != nil {
+		return lk, nil
+	}
+	attempts := 1
+	if err != nil {
+		holderTTL = -1
+	}
+	var got *Lock
+	werr := l.engine.Wait(ctx, wait.Request{
+		Key: req.key, Channel: req.channel, Policy: l.retry,
+		Start: start, Attempts: attempts, HolderTTL: holderTTL,
+	}, func(ctx context.Context, c rueidis.CoreClient) (wait.Outcome, error) {
+		lk, holderTTL, err := l.attempt(ctx, c, req)
+		if err != nil {
+			if isRetryable(ctx, err) {
+				// A lost reply may have granted under this token; the
+				// cleanup released it, and a fresh token keeps a delayed
+				// grant from being mistaken for ours.
+				req.token = rand.Text()
+				return wait.Outcome{}, &wait.Retryable{Err: err}
+			}
+			return wait.Outcome{}, err
+		}
+		if lk != nil {
+			got = lk
+			return wait.Outcome{Acquired: true}, nil
+		}
+		return wait.Outcome{HolderTTL: holderTTL}, nil
+	})
+	switch {
+	case werr == nil:
+		return got, nil
+	case errors.Is(werr, wait.ErrGaveUp):
+		return nil, fmt.Errorf("%w: lock %q: %w", primitives.ErrNotAcquired, req.key, werr)
+	case errors.Is(werr, wait.ErrClosed):
+		return nil, fmt.Errorf("lock %q: %w", req.key, primitives.ErrClosed)
+	}
+	return nil, werr
+}
+
+// request is one validated acquire: keys are copies, safe to keep.
+type request struct {
+	key, fence, channel string
+	ttl                 time.Duration // rounded up to whole ms
+	ms                  string
+	token               string
+}
+
+func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*request, error) {
+	if l == nil || l.client == nil {
+		return nil, fmt.Errorf("%w: lock: nil Locker (use lock.New)", primitives.ErrInvalidOptions)
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: lock: nil context", primitives.ErrInvalidOptions)
+	}
+	full, err := l.space.Key(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+	}
+	ttl, ms, err := leaseMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	r := &request{key: full, ttl: ttl, ms: ms, token: rand.Text(), channel: l.space.Channel("rel", key)}
+	if l.fence {
+		if r.fence, err = l.space.Derived("fence", key); err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+	}
+	if l.engine.Closed() {
+		return nil, fmt.Errorf("lock %q: %w", full, primitives.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// leaseMillis rounds ttl up to whole milliseconds; PX 0 would delete the
+// key, so anything below 1ms is refused.
+func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
+	if ttl < time.Millisecond {
+		return 0, "", fmt.Errorf("%w: lock: ttl %v is below 1ms", primitives.ErrInvalidTTL, ttl)
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
+}
+
+// attempt runs the acquire script once on c. It returns the lock, or nil
+// and the holder's TTL, or an error. After an uncertain outcome it releases
+// the token best effort before returning the error.
+func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+	keys := []string{r.key}
+	if r.fence != "" {
+		keys = append(keys, r.fence)
+	}
+	sent := time.Now()
+	vals, err := acquireScript.Run(ctx, c, keys, []string{r.token, r.ms}).ToArray()
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("lock: acquire script returned %d values, want 2", len(vals))
+	}
+	if err != nil {
+		err = acquireScript.Classify(err)
+		if script.IsUncertain(err) {
+			l.settle(ctx, r)
+			return nil, 0, fmt.Errorf("lock %q: acquire outcome unknown (released best effort): %w", r.key, err)
+		}
+		return nil, 0, mapScriptErr(r.key, err)
+	}
+	flag, err := vals[0].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %q: acquire script: %w", r.key, err)
+	}
+	if flag == 0 {
+		pttl, err := vals[1].AsInt64()
+		if err != nil {
+			return nil, 0, fmt.Errorf("lock %q: acquire script: %w", r.key, err)
+		}
+		return nil, time.Duration(pttl) * time.Millisecond, nil
+	}
+	var fence int64
+	if r.fence != "" {
+		s, err := vals[1].ToString()
+		if err == nil {
+			fence, err = strconv.ParseInt(s, 10, 64)
+		}
+		if err != nil {
+			l.settle(ctx, r)
+			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
+		}
+	}
+	st := handle.New(sent, r.ttl)
+	if st.Remaining() == 0 {
+		// The grant arrived after the whole lease had run out locally: not
+		// acquired, and someone else may already hold it.
+		l.settle(ctx, r)
+		return nil, 0, &lateError{key: r.key}
+	}
+	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
+}
+
+// settle releases r's token best effort, on a context that survives the
+// caller's cancellation but is bounded.
+func (l *Locker) settle(ctx context.Context, r *request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
+	defer cancel()
+	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
+}
+
+type lateError struct{ key string }
+
+func (e *lateError) Error() string {
+	return fmt.Sprintf("lock %q: grant arrived after the lease ran out locally", e.key)
+}
+
+// isRetryable: transport errors and late grants are worth another attempt
+// while ctx lives; errors the server answered are not.
+func isRetryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var late *lateError
+	return errors.As(err, &late) || script.IsUncertain(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+func mapScriptErr(key string, err error) error {
+	var se *script.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case script.CodeWrongType:
+			return fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, key, se.Msg)
+		case script.CodeBadCounter:
+			return fmt.Errorf("%w: lock %q: %s", primitives.ErrCorruptCounter, key, se.Msg)
+		}
+	}
+	return fmt.Errorf("lock %q: %w", key, err)
+}
+
+func notAcquired(key string, holderTTL time.Duration) error {
+	if holderTTL >= 0 {
+		return fmt.Errorf("%w: lock %q is held (expires in %v)", primitives.ErrNotAcquired, key, holderTTL)
+	}
+	return fmt.Errorf("%w: lock %q is held", primitives.ErrNotAcquired, key)
+}
