@@ -29,9 +29,11 @@ func KeepAlive(ctx context.Context, lease Lease, ttl time.Duration) (stop func()
 				return
 			case <-t.C:
 			}
-			// Bound each renewal by the interval so a stuck call cannot
-			// outlive the lease it is trying to save.
-			rctx, rcancel := context.WithTimeout(ctx, interval)
+			// A renewal in flight finishes even if stop is called: cutting
+			// it off would make its outcome unknown and close the lease.
+			// The interval bounds it so a stuck call cannot outlive the
+			// lease it is trying to save.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), interval)
 			ok, err := lease.Renew(rctx, ttl)
 			rcancel()
 			if !ok || err != nil {

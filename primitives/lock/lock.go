@@ -239,7 +239,7 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 		return nil, fmt.Errorf("lock %q: %w", full, primitives.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock %q: %w", full, err)
 	}
 	return r, nil
 }
@@ -271,7 +271,7 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 		err = acquireScript.Classify(err)
 		if script.IsUncertain(err) {
 			l.settle(ctx, r)
-			return nil, 0, fmt.Errorf("lock %q: acquire outcome unknown (released best effort): %w", r.key, err)
+			return nil, 0, &uncertainError{key: r.key, err: err}
 		}
 		return nil, 0, mapScriptErr(r.key, err)
 	}
@@ -315,6 +315,19 @@ func (l *Locker) settle(ctx context.Context, r *request) {
 	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
 }
 
+// uncertainError: the acquire reply was lost; the grant may have happened
+// and was released best effort.
+type uncertainError struct {
+	key string
+	err error
+}
+
+func (e *uncertainError) Error() string {
+	return fmt.Sprintf("lock %q: acquire outcome unknown (released best effort): %v", e.key, e.err)
+}
+
+func (e *uncertainError) Unwrap() error { return e.err }
+
 type lateError struct{ key string }
 
 func (e *lateError) Error() string {
@@ -328,7 +341,8 @@ func isRetryable(ctx context.Context, err error) bool {
 		return false
 	}
 	var late *lateError
-	return errors.As(err, &late) || script.IsUncertain(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	var unknown *uncertainError
+	return errors.As(err, &late) || errors.As(err, &unknown)
 }
 
 func mapScriptErr(key string, err error) error {

@@ -1,0 +1,574 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fleet is one server kind a behaviour test runs against.
+type fleet struct {
+	name   string
+	client func(t *testing.T) (rueidis.Client, func(args ...string) string)
+}
+
+func standalone(version int) fleet {
+	return fleet{name: fmt.Sprintf("redis%d", version), client: func(t *testing.T) (rueidis.Client, func(...string) string) {
+		s := redistest.Start(t, redistest.Version(version))
+		return s.Client(t), func(args ...string) string { return s.MustCmd(t, args...) }
+	}}
+}
+
+func cluster() fleet {
+	return fleet{name: "cluster", client: func(t *testing.T) (rueidis.Client, func(...string) string) {
+		c := redistest.StartCluster(t, 3)
+		cl := c.Client(t)
+		return cl, func(args ...string) string {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			v, err := cl.Do(ctx, cl.B().Arbitrary(args...).Build()).ToAny()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				t.Fatalf("%v: %v", args, err)
+			}
+			return fmt.Sprint(v)
+		}
+	}}
+}
+
+func fleets() []fleet { return []fleet{standalone(7), standalone(8), cluster()} }
+
+func newLocker(t *testing.T, c rueidis.Client, o lock.Options) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLockLifecycle(t *testing.T) {
+	for _, f := range fleets() {
+		t.Run(f.name, func(t *testing.T) {
+			c, cmd := f.client(t)
+			ctx := ctxT(t, 20*time.Second)
+			l := newLocker(t, c, lock.Options{Prefix: "app:", Fencing: true})
+
+			a, err := l.TryAcquire(ctx, "inv", 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Key() != "app:inv" || a.FencingToken() != 1 || a.Token() == "" {
+				t.Fatalf("key %q fence %d token %q", a.Key(), a.FencingToken(), a.Token())
+			}
+			if got := cmd("GET", "app:inv"); got != a.Token() {
+				t.Fatalf("server holds %q, want the token", got)
+			}
+			if r := a.Remaining(); r <= 9*time.Second || r > 10*time.Second {
+				t.Fatalf("Remaining %v", r)
+			}
+			if _, err := l.TryAcquire(ctx, "inv", time.Second); !errors.Is(err, primitives.ErrNotAcquired) {
+				t.Fatalf("contended TryAcquire: %v", err)
+			}
+			if ok, err := a.Verify(ctx); !ok || err != nil {
+				t.Fatalf("Verify: %v %v", ok, err)
+			}
+			if ok, err := a.Renew(ctx, 30*time.Second); !ok || err != nil {
+				t.Fatalf("Renew: %v %v", ok, err)
+			}
+			if pttl, _ := strconv.Atoi(cmd("PTTL", "app:inv")); pttl < 29000 {
+				t.Fatalf("PTTL after renew %d", pttl)
+			}
+			if r, err := a.Release(ctx); r != primitives.Released || err != nil {
+				t.Fatalf("Release: %v %v", r, err)
+			}
+			select {
+			case <-a.Done():
+			default:
+				t.Fatal("Done open after release")
+			}
+			if r, err := a.Release(ctx); r != primitives.AlreadyReleased || err != nil {
+				t.Fatalf("second Release: %v %v", r, err)
+			}
+			if ok, _ := a.Renew(ctx, time.Second); ok {
+				t.Fatal("renewed a released lock")
+			}
+			b, err := l.TryAcquire(ctx, "inv", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.FencingToken() != 2 {
+				t.Fatalf("second grant fence %d, want 2", b.FencingToken())
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNotOwnedAfterTakeover(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	l := newLocker(t, c, lock.Options{Fencing: true})
+	a, err := l.TryAcquire(ctx, "k", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Done() // the estimate runs out no later than the server's TTL
+	b, err := l.Acquire(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.FencingToken() <= a.FencingToken() {
+		t.Fatalf("fence %d not above %d", b.FencingToken(), a.FencingToken())
+	}
+	if ok, err := a.Renew(ctx, time.Second); ok || err != nil {
+		t.Fatalf("expired handle renewed: %v %v", ok, err)
+	}
+	if ok, _ := a.Verify(ctx); ok {
+		t.Fatal("expired handle verified")
+	}
+	if r, err := a.Release(ctx); r != primitives.NotOwned || err != nil {
+		t.Fatalf("Release by the old owner: %v %v", r, err)
+	}
+	if got := s.MustCmd(t, "GET", "k"); got != b.Token() {
+		t.Fatal("old owner's release touched the new owner's lock")
+	}
+}
+
+func TestFencingTokensExactAndValidated(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	l := newLocker(t, c, lock.Options{Fencing: true})
+	counter := lock.ReservedPrefix + "fence:{k}"
+	for _, start := range []string{"9007199254740992", "9223372036854775805"} { // 2^53, MaxInt64-2
+		s.MustCmd(t, "SET", counter, start)
+		a, err := l.TryAcquire(ctx, "k", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := strconv.ParseInt(start, 10, 64)
+		if a.FencingToken() != want+1 {
+			t.Fatalf("fence %d, want %d", a.FencingToken(), want+1)
+		}
+		a.Release(ctx)
+	}
+	for _, bad := range []string{"9223372036854775807", "-1", "nan", "inf", "0x10", "1e3", " 5 ", "007", "abc", ""} {
+		s.MustCmd(t, "SET", counter, bad)
+		_, err := l.TryAcquire(ctx, "k", time.Second)
+		if !errors.Is(err, primitives.ErrCorruptCounter) {
+			t.Fatalf("counter %q: got %v", bad, err)
+		}
+		if n := s.MustCmd(t, "EXISTS", "k"); n != "0" {
+			t.Fatalf("counter %q: lease created", bad)
+		}
+		if got := s.MustCmd(t, "GET", counter); got != bad {
+			t.Fatalf("counter %q changed to %q", bad, got)
+		}
+	}
+	s.MustCmd(t, "SET", counter, "5", "PX", "100000")
+	if _, err := l.TryAcquire(ctx, "k", time.Second); !errors.Is(err, primitives.ErrCorruptCounter) || !strings.Contains(err.Error(), "TTL") {
+		t.Fatalf("expiring counter: %v", err)
+	}
+}
+
+func TestBadInputsWriteNothing(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	l := newLocker(t, c, lock.Options{Prefix: "p:", Fencing: true})
+	s.MustCmd(t, "HSET", "p:hash", "f", "v")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	ok := ctxT(t, 10*time.Second)
+
+	type call func(ctx context.Context, key string, ttl time.Duration) (*lock.Lock, error)
+	entries := map[string]call{"TryAcquire": l.TryAcquire, "Acquire": l.Acquire}
+	cases := []struct {
+		name string
+		ctx  context.Context
+		key  string
+		ttl  time.Duration
+		want error
+	}{
+		{"empty key", ok, "", time.Second, primitives.ErrInvalidKey},
+		{"reserved key", ok, lock.ReservedPrefix + "fence:x", time.Second, primitives.ErrInvalidKey},
+		{"unplaceable key", ok, "a}b", time.Second, primitives.ErrInvalidKey},
+		{"zero ttl", ok, "k", 0, primitives.ErrInvalidTTL},
+		{"negative ttl", ok, "k", -time.Second, primitives.ErrInvalidTTL},
+		{"sub-ms ttl", ok, "k", 999 * time.Microsecond, primitives.ErrInvalidTTL},
+		{"cancelled ctx", cancelled, "k", time.Second, context.Canceled},
+		{"wrong type", ok, "hash", time.Second, primitives.ErrWrongType},
+	}
+	for name, fn := range entries {
+		for _, tc := range cases {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				before := s.MustCmd(t, "DBSIZE")
+				lk, err := fn(tc.ctx, tc.key, tc.ttl)
+				if !errors.Is(err, tc.want) || lk != nil {
+					t.Fatalf("got %v, %v; want %v", lk, err, tc.want)
+				}
+				if err.Error() == tc.want.Error() {
+					t.Fatalf("error %q names no detail", err)
+				}
+				if after := s.MustCmd(t, "DBSIZE"); after != before {
+					t.Fatalf("DBSIZE %s -> %s", before, after)
+				}
+				if got := s.MustCmd(t, "HGET", "p:hash", "f"); got != "v" {
+					t.Fatalf("hash changed: %q", got)
+				}
+			})
+		}
+	}
+	if _, err := lock.New(nil, lock.Options{}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("nil client: %v", err)
+	}
+	if _, err := lock.New(c, lock.Options{WaitMode: 9}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("bad wait mode: %v", err)
+	}
+	var nilLocker *lock.Locker
+	if _, err := nilLocker.TryAcquire(ok, "k", time.Second); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("nil locker: %v", err)
+	}
+	// Renew on a live handle with bad ttl or a cancelled ctx sends nothing.
+	a, err := l.TryAcquire(ok, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{0, -1, time.Microsecond} {
+		if okk, err := a.Renew(ok, ttl); okk || !errors.Is(err, primitives.ErrInvalidTTL) {
+			t.Fatalf("Renew(%v): %v %v", ttl, okk, err)
+		}
+	}
+	if okk, err := a.Renew(cancelled, time.Second); okk || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Renew(cancelled): %v %v", okk, err)
+	}
+	if _, err := a.Release(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release(cancelled): %v", err)
+	}
+	if _, err := a.Verify(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Verify(cancelled): %v", err)
+	}
+	if okk, err := a.Verify(ok); !okk || err != nil {
+		t.Fatalf("the bad calls disturbed the lock: %v %v", okk, err)
+	}
+}
+
+// waitModes are the wake-up sources Acquire must work with.
+var waitModes = []struct {
+	name string
+	mode lock.WaitMode
+	opt  func(*rueidis.ClientOption)
+}{
+	{"track", lock.WaitAuto, nil},
+	{"channel", lock.WaitChannel, nil},
+	{"resp2", lock.WaitAuto, func(o *rueidis.ClientOption) { o.AlwaysRESP2 = true; o.DisableCache = true }},
+	{"poll", lock.WaitPoll, nil},
+}
+
+func TestAcquireWaitsForRelease(t *testing.T) {
+	for _, f := range fleets() {
+		for _, wm := range waitModes {
+			if f.name == "cluster" && wm.opt != nil {
+				continue
+			}
+			t.Run(f.name+"/"+wm.name, func(t *testing.T) {
+				var c rueidis.Client
+				if wm.opt != nil {
+					s := redistest.Start(t)
+					c = s.Client(t, wm.opt)
+				} else {
+					c, _ = f.client(t)
+				}
+				ctx := ctxT(t, 20*time.Second)
+				l := newLocker(t, c, lock.Options{Fencing: true, WaitMode: wm.mode})
+				holder, err := l.TryAcquire(ctx, "job", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan *lock.Lock, 1)
+				errc := make(chan error, 1)
+				go func() {
+					w, err := l.Acquire(ctx, "job", time.Minute)
+					errc <- err
+					got <- w
+				}()
+				time.Sleep(100 * time.Millisecond)
+				select {
+				case err := <-errc:
+					t.Fatalf("Acquire returned while held: %v", err)
+				default:
+				}
+				released := time.Now()
+				if r, err := holder.Release(ctx); r != primitives.Released || err != nil {
+					t.Fatal(r, err)
+				}
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+				w := <-got
+				t.Logf("handoff took %v", time.Since(released))
+				if w.FencingToken() != holder.FencingToken()+1 {
+					t.Fatalf("fence %d after %d", w.FencingToken(), holder.FencingToken())
+				}
+				w.Release(ctx)
+			})
+		}
+	}
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	l := newLocker(t, c, lock.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := l.TryAcquire(ctx, "busy", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(short, "busy", time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want deadline exceeded", err)
+	}
+	// A policy that gives up ends the wait with ErrNotAcquired.
+	giveUp := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(r policies.RetryRequest) policies.RetryDecision {
+		return policies.RetryDecision{Action: policies.GiveUp}
+	})})
+	if _, err := giveUp.Acquire(ctx, "busy", time.Second); !errors.Is(err, primitives.ErrNotAcquired) {
+		t.Fatalf("give up: %v", err)
+	}
+	// Close wakes blocked waiters.
+	done := make(chan error, 1)
+	go func() { _, err := l.Acquire(ctx, "busy", time.Second); done <- err }()
+	time.Sleep(50 * time.Millisecond)
+	l.Close()
+	if err := <-done; !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// A holder that never releases: the waiter must get the lock by its own
+// timer at the holder's expiry, not by the (late) expiry notification.
+func TestHolderNeverReleases(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	// Long-TTL keys make Redis' active expiry slow to notice ours.
+	for i := range 2000 {
+		s.MustCmd(t, "SET", fmt.Sprintf("filler:%d", i), "x", "EX", "3600")
+	}
+	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+		return policies.RetryDecision{} // wake-ups and the holder's expiry only
+	})})
+	if _, err := l.TryAcquire(ctx, "crash", 400*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(400 * time.Millisecond)
+	w, err := l.Acquire(ctx, "crash", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := time.Since(expires)
+	t.Logf("acquired %v after the holder's expiry", late)
+	if late > 300*time.Millisecond {
+		// Not a speed check: without the TTL timer this wait is unbounded
+		// (only the policy-free notification path would wake it).
+		t.Fatalf("waiter acquired %v after expiry; the TTL timer did not fire", late)
+	}
+	w.Release(ctx)
+}
+
+// The waiter's dedicated connection is killed while it sleeps: it must
+// notice, reconnect and still acquire when the lock is released.
+func TestWaiterConnectionKilled(t *testing.T) {
+	for _, wm := range waitModes[:2] {
+		t.Run(wm.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			c := s.Client(t)
+			ctx := ctxT(t, 20*time.Second)
+			l := newLocker(t, c, lock.Options{WaitMode: wm.mode, Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+				return policies.RetryDecision{}
+			})})
+			holder, err := l.TryAcquire(ctx, "k", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				w, err := l.Acquire(ctx, "k", time.Minute)
+				if err == nil {
+					w.Release(ctx)
+				}
+				done <- err
+			}()
+			var id string
+			waitFor(t, func() bool { id = waitConnID(t, s); return id != "" })
+			s.MustCmd(t, "CLIENT", "KILL", "ID", id)
+			time.Sleep(100 * time.Millisecond)
+			if _, err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter never acquired after its connection was killed")
+			}
+		})
+	}
+}
+
+// A release whose notification never arrives (a raw DEL on a client whose
+// waiters listen to the release channel): the policy's bound still ends the
+// wait.
+func TestLostReleaseMessage(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 20*time.Second)
+	l := newLocker(t, c, lock.Options{WaitMode: lock.WaitChannel})
+	if _, err := l.TryAcquire(ctx, "k", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		w, err := l.Acquire(ctx, "k", time.Minute)
+		if err == nil {
+			w.Release(ctx)
+		}
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	s.MustCmd(t, "DEL", "k") // no PUBLISH: the release message is lost
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter stuck after a lost release message")
+	}
+}
+
+// With many local waiters, each release costs O(1) commands: only the
+// queue head re-attempts.
+func TestLocalCoalescing(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 60*time.Second)
+	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+		return policies.RetryDecision{}
+	})})
+	const waiters = 100
+	first, err := l.TryAcquire(ctx, "hot", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := l.Acquire(ctx, "hot", time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			n := inside.Add(1)
+			if n > maxInside.Load() {
+				maxInside.Store(n)
+			}
+			inside.Add(-1)
+			w.Release(ctx)
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // let every waiter queue up
+	s.MustCmd(t, "CONFIG", "RESETSTAT")
+	first.Release(ctx)
+	wg.Wait()
+	if maxInside.Load() != 1 {
+		t.Fatalf("%d holders at once", maxInside.Load())
+	}
+	stats := commandStats(t, s)
+	perRelease := float64(stats) / waiters
+	t.Logf("%d commands for %d handoffs: %.2f per release", stats, waiters, perRelease)
+	if perRelease > 5 {
+		t.Fatalf("%.2f commands per release with %d local waiters, want <= 5", perRelease, waiters)
+	}
+}
+
+// scriptInternal are the commands our scripts call; INFO commandstats
+// counts calls made inside scripts too, so they are left out of the count
+// of commands a client sent.
+var scriptInternal = map[string]bool{"set": true, "get": true, "del": true, "pttl": true, "publish": true, "incr": true, "pexpire": true, "info": true, "config": true}
+
+// commandStats sums the calls of commands clients sent (see scriptInternal).
+func commandStats(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	total := 0
+	for _, line := range strings.Split(s.MustCmd(t, "INFO", "commandstats"), "\n") {
+		name, _, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !strings.HasPrefix(line, "cmdstat_") || scriptInternal[name] {
+			continue
+		}
+		t.Logf("%s", strings.TrimSpace(line))
+		i := strings.Index(line, "calls=")
+		j := strings.IndexByte(line[i:], ',')
+		n, _ := strconv.Atoi(line[i+6 : i+j])
+		total += n
+	}
+	return total
+}
+
+// waitConnID returns the CLIENT ID of the wait engine's connection.
+func waitConnID(t *testing.T, s *redistest.Server) string {
+	for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
+		if strings.Contains(line, " name=coordhost-wait ") {
+			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+			return id
+		}
+	}
+	return ""
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
