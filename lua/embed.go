@@ -13,4 +13,8 @@ var (
 	LockRelease string
 	//go:embed lock_renew.lua
 	LockRenew string
+	//go:embed lock_acquire_fifo.lua
+	LockAcquireFIFO string
+	//go:embed lock_leave_fifo.lua
+	LockLeaveFIFO string
 )

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordhost/coordhost/lua"
@@ -46,6 +47,8 @@ const ReservedPrefix = keys.Reserved
 // Scripts are immutable after init.
 var (
 	acquireScript = script.New("lock_acquire", lua.LockAcquire)
+	fifoScript    = script.New("lock_acquire_fifo", lua.LockAcquireFIFO)
+	leaveScript   = script.New("lock_leave_fifo", lua.LockLeaveFIFO)
 	releaseScript = script.New("lock_release", lua.LockRelease)
 	renewScript   = script.New("lock_renew", lua.LockRenew)
 )
@@ -66,7 +69,20 @@ type Options struct {
 	// WaitMode forces a wake-up source (tests, diagnostics). The zero value
 	// picks the best the client supports.
 	WaitMode WaitMode
+	// FIFO grants the lock to waiters in order of arrival across every
+	// process, ordered by server time at the first attempt plus a
+	// per-process sequence. The queue lives in two sorted sets under
+	// Prefix+ReservedPrefix in the lock's slot; a waiter that stops
+	// refreshing its entry (crashed) is dropped after QueueEntryTTL.
+	// FIFO waiters give up local coalescing: each re-attempts on every
+	// wake, so a release costs O(local waiters) commands. TryAcquire never
+	// queues and never barges past waiters.
+	FIFO bool
 }
+
+// QueueEntryTTL is how long a FIFO waiter's queue entry outlives its last
+// attempt. Waiters re-attempt at least every third of it.
+const QueueEntryTTL = 15 * time.Second
 
 // WaitMode selects where waiters' wake-ups come from.
 type WaitMode int
@@ -90,6 +106,8 @@ type Locker struct {
 	space  keys.Space
 	fence  bool
 	retry  policies.RetryPolicy
+	fifo   bool
+	seq    atomic.Uint64 // FIFO arrival sequence within this process
 	engine *wait.Engine
 }
 
@@ -117,6 +135,7 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 		space:  keys.Space{Prefix: opts.Prefix},
 		fence:  opts.Fencing,
 		retry:  retry,
+		fifo:   opts.FIFO,
 		engine: wait.New(client, wait.Options{Mode: mode}),
 	}, nil
 }
@@ -162,6 +181,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		return nil, err
 	}
 	start := time.Now()
+	if l.fifo {
+		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
+	}
 	lk, holderTTL, err := l.attempt(ctx, l.client, req)
 	if err != nil && !isRetryable(ctx, err) {
 		return nil, err
@@ -174,10 +196,14 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		holderTTL = -1
 	}
 	var got *Lock
-	werr := l.engine.Wait(ctx, wait.Request{
+	wreq := wait.Request{
 		Key: req.key, Channel: req.channel, Policy: l.retry,
 		Start: start, Attempts: attempts, HolderTTL: holderTTL,
-	}, func(ctx context.Context, c rueidis.CoreClient) (wait.Outcome, error) {
+	}
+	if l.fifo {
+		wreq.Also, wreq.Every, wreq.MaxSleep = []string{req.queue}, true, QueueEntryTTL/3
+	}
+	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c rueidis.CoreClient) (wait.Outcome, error) {
 		lk, holderTTL, err := l.attempt(ctx, c, req)
 		if err != nil {
 			if isRetryable(ctx, err) {
@@ -195,6 +221,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 		}
 		return wait.Outcome{HolderTTL: holderTTL}, nil
 	})
+	if werr != nil && l.fifo {
+		l.settle(ctx, req) // leave the queue
+	}
 	switch {
 	case werr == nil:
 		return got, nil
@@ -209,9 +238,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 // request is one validated acquire: keys are copies, safe to keep.
 type request struct {
 	key, fence, channel string
+	queue, deadlines    string        // FIFO only
 	ttl                 time.Duration // rounded up to whole ms
 	ms                  string
 	token               string
+	seq                 string // FIFO arrival sequence
+	queueMs             string // FIFO queue entry lease; "0" = do not queue
 }
 
 func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*request, error) {
@@ -234,6 +266,16 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 		if r.fence, err = l.space.Derived("fence", key); err != nil {
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
+	}
+	if l.fifo {
+		if r.queue, err = l.space.Derived("queue", key); err == nil {
+			r.deadlines, err = l.space.Derived("queue-deadlines", key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.queueMs = "0"
 	}
 	if l.engine.Closed() {
 		return nil, fmt.Errorf("lock %q: %w", full, primitives.ErrClosed)
@@ -258,17 +300,20 @@ func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 // and the holder's TTL, or an error. After an uncertain outcome it releases
 // the token best effort before returning the error.
 func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
-	keys := []string{r.key}
+	sc, keys, args := acquireScript, []string{r.key}, []string{r.token, r.ms}
+	if r.queue != "" {
+		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs)
+	}
 	if r.fence != "" {
 		keys = append(keys, r.fence)
 	}
 	sent := time.Now()
-	vals, err := acquireScript.Run(ctx, c, keys, []string{r.token, r.ms}).ToArray()
+	vals, err := sc.Run(ctx, c, keys, args).ToArray()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("lock: acquire script returned %d values, want 2", len(vals))
 	}
 	if err != nil {
-		err = acquireScript.Classify(err)
+		err = sc.Classify(err)
 		if script.IsUncertain(err) {
 			l.settle(ctx, r)
 			return nil, 0, &uncertainError{key: r.key, err: err}
@@ -312,6 +357,10 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 func (l *Locker) settle(ctx context.Context, r *request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
+	if r.queue != "" {
+		_ = leaveScript.Run(ctx, l.client, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel}).Error()
+		return
+	}
 	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
 }
 

@@ -166,24 +166,30 @@ func (e *Engine) Close() error {
 // queue holds the local waiters of one key, oldest first.
 type queue struct {
 	key, channel string
+	also         []string // more keys whose invalidation wakes this queue
 	waiters      []*waiter
-	wakec        chan struct{} // buffered 1: a wake for the head
 }
 
+// wake pokes the head, and every waiter that does not coalesce.
 func (q *queue) wake() {
-	select {
-	case q.wakec <- struct{}{}:
-	default:
+	for i, w := range q.waiters {
+		if i == 0 || w.every {
+			poke(w.wakec)
+		}
 	}
 }
 
 type waiter struct {
-	turn chan struct{} // buffered 1: becomes head, or engine closed
+	turn  chan struct{} // buffered 1: became head, or engine closed
+	wakec chan struct{} // buffered 1: a wake-up while head (or every)
+	every bool          // re-attempts on every wake, head or not
 }
 
-func (w *waiter) signal() {
+func (w *waiter) signal() { poke(w.turn) }
+
+func poke(ch chan struct{}) {
 	select {
-	case w.turn <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -201,6 +207,16 @@ type Request struct {
 	Attempts int
 	// HolderTTL from the caller's last attempt.
 	HolderTTL time.Duration
+	// Also lists more keys whose invalidation should wake this waiter
+	// (e.g. a FIFO queue the attempt reads).
+	Also []string
+	// Every opts out of local coalescing: the waiter re-attempts on every
+	// wake even when it is not the head of the local queue. FIFO waiters
+	// need it, since the server, not the local queue, decides their turn.
+	Every bool
+	// MaxSleep bounds every sleep (a waiter that must refresh a queue
+	// entry); 0 means no bound of its own.
+	MaxSleep time.Duration
 }
 
 // Wait blocks until attempt acquires (nil), the policy gives up (ErrGaveUp),
@@ -216,7 +232,7 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 	defer e.leave(q, w)
 
 	// Wait for our turn at the head of the local queue.
-	for !e.isHead(q, w) {
+	for !w.every && !e.isHead(q, w) {
 		select {
 		case <-w.turn:
 			if e.Closed() {
@@ -250,7 +266,7 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 				}
 				return fmt.Errorf("%w after %d attempts", ErrGaveUp, attempts)
 			}
-			if err := e.sleep(ctx, q, dec, holderTTL); err != nil {
+			if err := e.sleep(ctx, w, dec, holderTTL, req.MaxSleep); err != nil {
 				return err
 			}
 		}
@@ -267,7 +283,7 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 		}
 		// Drain before sending: a wake after this point stays buffered.
 		select {
-		case <-q.wakec:
+		case <-w.wakec:
 		default:
 		}
 		var c rueidis.CoreClient = e.client
@@ -308,8 +324,11 @@ func policyDecide(p policies.RetryPolicy, r policies.RetryRequest) policies.Retr
 }
 
 // sleep waits as the decision says, never past the holder's expiry.
-func (e *Engine) sleep(ctx context.Context, q *queue, dec policies.RetryDecision, holderTTL time.Duration) error {
+func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecision, holderTTL, maxSleep time.Duration) error {
 	d := dec.Delay
+	if maxSleep > 0 && (d <= 0 || d > maxSleep) {
+		d = maxSleep
+	}
 	if dec.Action == policies.RetryAfter {
 		if d <= 0 {
 			return ctx.Err()
@@ -340,7 +359,7 @@ func (e *Engine) sleep(ctx context.Context, q *queue, dec policies.RetryDecision
 		timeout = t.C
 	}
 	select {
-	case <-q.wakec:
+	case <-w.wakec:
 	case <-timeout:
 	case <-ctx.Done():
 		return ctx.Err()
@@ -368,7 +387,7 @@ func (e *Engine) join(ctx context.Context, req Request) (*queue, *waiter, error)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	w := &waiter{turn: make(chan struct{}, 1)}
+	w := &waiter{turn: make(chan struct{}, 1), wakec: make(chan struct{}, 1), every: req.Every}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -376,8 +395,11 @@ func (e *Engine) join(ctx context.Context, req Request) (*queue, *waiter, error)
 	}
 	q := e.queues[req.Key]
 	if q == nil {
-		q = &queue{key: req.Key, channel: req.Channel, wakec: make(chan struct{}, 1)}
+		q = &queue{key: req.Key, channel: req.Channel, also: req.Also}
 		e.queues[req.Key] = q
+		for _, k := range req.Also {
+			e.queues[k] = q
+		}
 		if req.Channel != "" {
 			e.byChan[req.Channel] = q
 		}
@@ -398,6 +420,9 @@ func (e *Engine) leave(q *queue, w *waiter) {
 	var unsub *dconn
 	if len(q.waiters) == 0 {
 		delete(e.queues, q.key)
+		for _, k := range q.also {
+			delete(e.queues, k)
+		}
 		if q.channel != "" {
 			delete(e.byChan, q.channel)
 			if e.conn != nil && e.conn.mode == ModeChannel {

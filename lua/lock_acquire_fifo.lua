@@ -1,0 +1,93 @@
+-- lock_acquire_fifo: lock acquire that grants in order of arrival.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  queue: sorted set of waiting tokens scored by arrival
+--          (server ms * 4096 + per-process sequence mod 4096; exact in a double)
+-- KEYS[3]  queue deadlines: sorted set of waiting tokens scored by the server
+--          ms after which the waiter counts as gone
+-- KEYS[4]  fencing counter key (present only when fencing)
+--          All keys share one cluster slot.
+-- ARGV[1]  ownership token
+-- ARGV[2]  lease in whole milliseconds (> 0)
+-- ARGV[3]  per-process arrival sequence (0..4095)
+-- ARGV[4]  waiter lease in ms: how long the queue entry lives unrefreshed;
+--          0 = do not queue (a one-shot try that leaves nothing behind)
+--
+-- Result:
+--   {1, fence}      acquired (fence as in lock_acquire); the token left the queue
+--   {0, wait_ms}    not acquired; the token is queued (or refreshed). wait_ms
+--                   is the holder's PTTL, or, when the lock is free but an
+--                   earlier waiter is first, the time until that waiter's
+--                   entry expires; -1 when neither bounds the wait.
+-- Errors (nothing written): WRONGTYPE, COORDHOST_BADCOUNTER <why>.
+--
+-- Minimum server: Redis 5 (TIME in scripts with effects replication).
+-- Not idempotent: never retry.
+
+local lock, queue, deadlines, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Fail before writing on foreign values.
+redis.call('GET', lock)
+redis.call('ZCARD', queue)
+redis.call('ZCARD', deadlines)
+if counter then
+  local v = redis.call('GET', counter)
+  if v then
+    if not string.match(v, '^[0-9]+$') or (#v > 1 and string.sub(v, 1, 1) == '0') then
+      return redis.error_reply('COORDHOST_BADCOUNTER counter is not a plain non-negative decimal integer')
+    end
+    if #v > 19 or (#v == 19 and v >= '9223372036854775807') then
+      return redis.error_reply('COORDHOST_BADCOUNTER counter would overflow int64')
+    end
+    if redis.call('PTTL', counter) ~= -1 then
+      return redis.error_reply('COORDHOST_BADCOUNTER counter has a TTL and would reset fencing tokens')
+    end
+  end
+end
+
+-- Drop waiters that stopped refreshing their entries.
+local gone = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now)
+for i = 1, #gone do
+  redis.call('ZREM', queue, gone[i])
+  redis.call('ZREM', deadlines, gone[i])
+end
+
+local first = redis.call('ZRANGE', queue, 0, 0)[1]
+if (not first or first == token) and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
+  redis.call('ZREM', queue, token)
+  redis.call('ZREM', deadlines, token)
+  if counter then
+    redis.call('INCR', counter)
+    return {1, redis.call('GET', counter)}
+  end
+  return {1, ''}
+end
+
+local waiter_ms = tonumber(ARGV[4])
+if waiter_ms == 0 then
+  return {0, redis.call('PTTL', lock)}
+end
+redis.call('ZADD', queue, 'NX', now * 4096 + tonumber(ARGV[3]), token)
+redis.call('ZADD', deadlines, now + waiter_ms, token)
+-- Keep the queue as long as its longest-lived entry (other processes may use
+-- a longer waiter lease).
+for _, k in ipairs({queue, deadlines}) do
+  if redis.call('PTTL', k) < waiter_ms then
+    redis.call('PEXPIRE', k, waiter_ms)
+  end
+end
+
+local pttl = redis.call('PTTL', lock)
+if pttl == -2 then
+  first = redis.call('ZRANGE', queue, 0, 0)[1]
+  local until_gone = redis.call('ZSCORE', deadlines, first)
+  if until_gone then
+    return {0, math.max(tonumber(until_gone) - now, 0)}
+  end
+  return {0, 0}
+end
+return {0, pttl}

@@ -1,0 +1,22 @@
+-- lock_leave_fifo: a waiter leaves the arrival queue (gave up, cancelled,
+-- or settling an uncertain attempt); it also releases the lock if the token
+-- holds it, and announces the change so the next waiter re-attempts.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  queue (see lock_acquire_fifo)
+-- KEYS[3]  queue deadlines
+-- ARGV[1]  token
+-- ARGV[2]  release channel (PUBLISH via pcall, fire and forget)
+--
+-- Result: 1 if the token held the lock and it was deleted, else 0.
+-- Minimum server: Redis 2.6. Idempotent.
+
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local held = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  held = 1
+end
+redis.pcall('PUBLISH', ARGV[2], '')
+return held
