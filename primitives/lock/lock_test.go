@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +23,63 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	stop, err := startExampleServer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lock tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	if code == 0 {
+		// rueidis leaves bounded sleeps behind after Close; they are
+		// rueidis', not ours.
+		var opts []goleak.Option
+		for _, f := range redistest.LingeringGoroutines() {
+			opts = append(opts, goleak.IgnoreAnyFunction(f))
+		}
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// exampleAddr is the server the runnable examples talk to; TestMain starts
+// it because examples cannot take a *testing.T.
+var exampleAddr string
+
+func startExampleServer() (stop func(), err error) {
+	bin := os.Getenv("COORDHOST_REDIS7_SERVER")
+	if bin == "" {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return nil, fmt.Errorf("redis-server not found: run `make test` (or `make redis`): %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir, err := os.MkdirTemp("", "coordhost-example-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop = func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
+	exampleAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", exampleAddr); err == nil {
+			c.Close()
+			return stop, nil
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("redis-server on %s did not start", exampleAddr)
 }
 
 // fleet is one server kind a behaviour test runs against.

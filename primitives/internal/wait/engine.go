@@ -463,6 +463,10 @@ func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, error) {
 			// SUBSCRIBE returns after the server confirmed it, so the
 			// attempt that follows cannot miss a release.
 			if err := conn.c.Do(ctx, conn.c.B().Subscribe().Channel(q.channel).Build()).Error(); err != nil {
+				if ctx.Err() != nil {
+					// Our caller gave up; the connection is fine.
+					return nil, ctx.Err()
+				}
 				if isTransport(err) {
 					e.dropConn(conn)
 					return nil, err
