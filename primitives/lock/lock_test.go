@@ -635,3 +635,32 @@ func waitFor(t *testing.T, cond func() bool) {
 func ctxWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
+
+// SCRIPT FLUSH in the middle of a run: EVALSHA fails with NOSCRIPT and the
+// runner falls back to EVAL; callers see nothing.
+func TestScriptFlushIsInvisible(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	l := newLocker(t, c, lock.Options{Fencing: true})
+	for i := range 6 {
+		if i%2 == 0 {
+			s.MustCmd(t, "SCRIPT", "FLUSH")
+		}
+		a, err := l.TryAcquire(ctx, "f", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.FencingToken() != int64(i+1) {
+			t.Fatalf("fence %d, want %d", a.FencingToken(), i+1)
+		}
+		s.MustCmd(t, "SCRIPT", "FLUSH")
+		if ok, err := a.Renew(ctx, time.Second); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		s.MustCmd(t, "SCRIPT", "FLUSH")
+		if r, err := a.Release(ctx); r != primitives.Released || err != nil {
+			t.Fatal(r, err)
+		}
+	}
+}
