@@ -10,9 +10,23 @@
 //
 // Waiting (Acquire) never polls blindly: it sleeps until a client-tracking
 // invalidation or a release-channel message says the key changed, or until
-// the holder's TTL runs out, bounded by the retry policy. See the package
-// wait documentation in primitives/internal/wait for which client options
-// give the fast path: a standalone RESP3 client (rueidis' default).
+// the holder's TTL runs out, bounded by the retry policy. Each Locker keeps
+// one dedicated connection for this (CLIENT SETNAME coordhost-wait), and per
+// key only the oldest local waiter re-attempts after a wake, so a release
+// costs a few commands per process whatever the number of local waiters.
+//
+// Which client options give which wake-up source:
+//   - Standalone or sentinel client speaking RESP3 (rueidis' default, with
+//     or without DisableCache): client tracking on the dedicated
+//     connection. Releases, deletions and overwrites wake waiters at once.
+//   - Cluster client, or AlwaysRESP2: the key's release channel (one
+//     SUBSCRIBE per waited-on key on the dedicated connection). A key
+//     deleted without a coordhost release wakes waiters only at the
+//     holder's expiry or the retry policy's bound.
+//   - Pub/sub refused by ACL: a poll every 100ms at most.
+//
+// In every mode the waiter also wakes at the holder's remaining TTL, since
+// Redis may report an expiry tens of seconds late.
 package lock
 
 import (
