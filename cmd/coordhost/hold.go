@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/redis/rueidis"
+)
+
+// Defaults of `lock hold`.
+const (
+	defaultTTL    = 15 * time.Second
+	defaultPrefix = "coordhost:lock:"
+	// minTTL is the shortest lease the lock accepts (leases are whole ms).
+	minTTL = time.Millisecond
+	// releaseTimeout bounds the release after CMD exits.
+	releaseTimeout = 5 * time.Second
+	// slowWaitNote is how long coordhost waits quietly before saying that it
+	// is waiting for the lock.
+	slowWaitNote = time.Second
+)
+
+// Environment variables coordhost sets for CMD.
+const (
+	envLockName     = "COORDHOST_LOCK_NAME"
+	envFencingToken = "COORDHOST_FENCING_TOKEN"
+)
+
+// holdConfig is a parsed `lock hold` command line.
+type holdConfig struct {
+	redis     string               // the -redis flag; "" means dev mode
+	redisOpt  rueidis.ClientOption // parsed from redis unless dev mode
+	redisDesc string               // redis, for messages
+	ttl       time.Duration
+	wait      time.Duration
+	prefix    string
+	fencing   bool
+	name      string
+	argv      []string // CMD ARGS...
+}
+
+// parseHoldArgs parses the arguments after `lock hold`. Flags may come
+// before and after NAME, but not after "--". It returns flag.ErrHelp for
+// -h/-help.
+func parseHoldArgs(args []string) (holdConfig, error) {
+	cfg := holdConfig{}
+	fs := flag.NewFlagSet("lock hold", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&cfg.redis, "redis", "", "Redis address")
+	fs.DurationVar(&cfg.ttl, "ttl", defaultTTL, "lease time")
+	fs.StringVar(&cfg.prefix, "prefix", defaultPrefix, "key prefix")
+	fs.BoolVar(&cfg.fencing, "fencing", false, "fencing token")
+	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait")
+
+	before, after, hasSep := args, []string(nil), false
+	if i := slices.Index(args, "--"); i >= 0 {
+		before, after, hasSep = args[:i], args[i+1:], true
+	}
+	var positional []string
+	rest := before
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return cfg, err
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		rest = rest[1:]
+	}
+
+	switch {
+	case len(positional) == 0:
+		return cfg, errors.New("missing lock NAME")
+	case !hasSep && len(positional) == 1:
+		return cfg, errors.New(`missing "--" and CMD after NAME`)
+	case !hasSep:
+		return cfg, fmt.Errorf(`missing "--" between NAME and CMD (got %q after NAME)`, positional[1])
+	case len(positional) > 1:
+		return cfg, fmt.Errorf("unexpected argument %q before --: only flags and NAME go there", positional[1])
+	case len(after) == 0:
+		return cfg, errors.New("missing CMD after --")
+	case after[0] == "":
+		return cfg, errors.New("CMD is an empty string")
+	}
+	cfg.name, cfg.argv = positional[0], after
+	if cfg.name == "" {
+		return cfg, errors.New("lock NAME is empty")
+	}
+	if cfg.ttl < minTTL {
+		return cfg, fmt.Errorf("-ttl must be at least %v, got %v", minTTL, cfg.ttl)
+	}
+	if cfg.wait < 0 {
+		return cfg, fmt.Errorf("-wait must not be negative, got %v (0 waits forever)", cfg.wait)
+	}
+	if cfg.prefix == "" {
+		return cfg, errors.New("-prefix must not be empty")
+	}
+	if cfg.redis != "" {
+		opt, desc, err := parseRedisAddr(cfg.redis)
+		if err != nil {
+			return cfg, fmt.Errorf("-redis: %w", err)
+		}
+		cfg.redisOpt, cfg.redisDesc = opt, desc
+	}
+	return cfg, nil
+}
+
+// runHold implements `coordhost lock hold`.
+func runHold(ctx context.Context, args []string, e *env) int {
+	cfg, err := parseHoldArgs(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(e.stdout, usageText)
+		return exitOK
+	}
+	if err != nil {
+		return e.usageError("lock hold: %v", err)
+	}
+	// Find CMD before touching Redis: a typo must not take the lock.
+	path, err := exec.LookPath(cfg.argv[0])
+	if err != nil {
+		e.logf("cannot run %s: %v", cfg.argv[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitCmdNotFound
+		}
+		return exitCannotRun
+	}
+
+	sigs := make(chan os.Signal, 4)
+	e.notify(sigs)
+	defer e.stop(sigs)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRelay := relaySignalsToCancel(sigs, cancel)
+	defer stopRelay()
+
+	interrupted := func(what string) (int, bool) {
+		if sig, ok := signalCause(ctx); ok {
+			e.logf("interrupted by %s %s", signalName(sig), what)
+			return exitSignalOffset + int(sig), true
+		}
+		return 0, false
+	}
+
+	opt, desc := cfg.redisOpt, cfg.redisDesc
+	if cfg.redis == "" {
+		d, err := startDevRedis(ctx, devRedisOptions{getenv: e.getenv})
+		if err != nil {
+			if code, ok := interrupted("while starting redis-server"); ok {
+				return code
+			}
+			e.logf("%v", err)
+			return exitFailure
+		}
+		defer func() {
+			if err := d.Stop(); err != nil {
+				e.logf("%v", err)
+			}
+		}()
+		e.logf("dev mode: started private redis-server on unix socket %s (pid %d); it stops when coordhost exits", d.Socket(), d.Pid())
+		opt, desc, err = unixClientOption(d.Socket())
+		if err != nil {
+			e.logf("%v", err)
+			return exitFailure
+		}
+	}
+	client, err := newRedisClient(ctx, opt, desc)
+	if err != nil {
+		if code, ok := interrupted("while connecting to Redis"); ok {
+			return code
+		}
+		e.logf("%v", err)
+		return exitFailure
+	}
+	defer client.Close()
+
+	return holdWithLock(ctx, client, cfg, path, e, sigs, stopRelay, interrupted)
+}
+
+// heldLock is what holdAndRun needs from a granted lock (*lock.Lock).
+type heldLock interface {
+	Done() <-chan struct{}
+	Release(ctx context.Context) (primitives.ReleaseResult, error)
+}
+
+// holdAndRun runs cmd while l is held: keepAlive(ctx) keeps the lease
+// alive until the returned stop is called; if l.Done() closes, cmd is
+// stopped; signals from sigs are forwarded to cmd. After cmd exits, l is
+// released. It returns the exit status for coordhost.
+func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context) (stop func()), cmd *exec.Cmd, cfg holdConfig, e *env, sigs <-chan os.Signal) int {
+	kaCtx, kaCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer kaCancel()
+	stopKeepAlive := keepAlive(kaCtx)
+
+	ttyGroup := cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setpgid
+	sup := &supervisor{
+		signals: sigs,
+		grace:   e.grace,
+		logf:    e.logf,
+		what:    cfg.name,
+		// A child sharing coordhost's process group on a terminal gets the
+		// terminal's ^C itself; forwarding it would deliver it twice.
+		skipForward: map[syscall.Signal]bool{syscall.SIGINT: ttyGroup},
+	}
+	res, runErr := sup.run(cmd, l.Done())
+	if runErr == nil && !res.lost {
+		select {
+		case <-l.Done():
+			// Lost at about the moment CMD finished: it may not have been
+			// protected to the end.
+			e.logf("lost lock %s as %s exited", cfg.name, cmd.Args[0])
+			res.lost = true
+		default:
+		}
+	}
+	stopKeepAlive()
+
+	status := res.status
+	switch {
+	case runErr != nil:
+		e.logf("cannot start %s: %v", cmd.Args[0], runErr)
+		status = exitCannotRun
+		if errors.Is(runErr, exec.ErrNotFound) || errors.Is(runErr, os.ErrNotExist) {
+			status = exitCmdNotFound
+		}
+	case res.signal != 0:
+		e.logf("%s was ended by %s", cmd.Args[0], signalName(res.signal))
+	}
+
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer rcancel()
+	rr, err := l.Release(rctx)
+	switch {
+	case err != nil:
+		e.logf("releasing lock %s: %v (it expires within %v)", cfg.name, err, cfg.ttl)
+	case rr == primitives.Released:
+		e.logf("released lock %s", cfg.name)
+	case !res.lost:
+		// Neither Done nor the supervisor saw it, but the lease was gone.
+		e.logf("lock %s was lost before %s exited (release found %v)", cfg.name, cmd.Args[0], rr)
+		res.lost = true
+	}
+	if res.lost && status == exitOK {
+		status = exitFailure
+	}
+	return status
+}
+
+// buildChildCmd prepares CMD: inherited stdio, the environment plus
+// COORDHOST_LOCK_NAME (and COORDHOST_FENCING_TOKEN), and its own process
+// group unless stdin is a terminal.
+func buildChildCmd(path string, cfg holdConfig, e *env, fencingToken string) *exec.Cmd {
+	cmd := exec.Command(path, cfg.argv[1:]...)
+	cmd.Args[0] = cfg.argv[0]
+	cmd.Env = childEnv(e.environ(), cfg.name, fencingToken)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	if e.stdin == nil {
+		cmd.Stdin = nil // /dev/null
+	}
+	cmd.SysProcAttr = childSysProcAttr(!isTerminal(e.stdin))
+	return cmd
+}
+
+// childEnv returns base without any inherited COORDHOST_LOCK_NAME and
+// COORDHOST_FENCING_TOKEN (from an outer coordhost), plus ours.
+func childEnv(base []string, name, fencingToken string) []string {
+	out := make([]string, 0, len(base)+2)
+	for _, kv := range base {
+		if strings.HasPrefix(kv, envLockName+"=") || strings.HasPrefix(kv, envFencingToken+"=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, envLockName+"="+name)
+	if fencingToken != "" {
+		out = append(out, envFencingToken+"="+fencingToken)
+	}
+	return out
+}
+
+// noteAfter calls note once if d passes before the returned stop is
+// called; stop waits until note has returned if it had started.
+func noteAfter(d time.Duration, note func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			note()
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+}

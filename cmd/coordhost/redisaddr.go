@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// maxUnixSocketPath is the longest unix socket path Linux accepts
+// (sizeof(sun_path) minus the terminating NUL).
+const maxUnixSocketPath = 107
+
+// clientName is sent with CLIENT SETNAME so `CLIENT LIST` shows who we are.
+const clientName = "coordhost-cli"
+
+// parseRedisAddr turns the -redis flag into client options. Accepted forms:
+//
+//	host:port                           TCP
+//	/path/to.sock, unix:///path/to.sock unix socket (absolute path)
+//	redis://[user:pass@]host[:port][/db], rediss://...  (rueidis.ParseURL)
+//
+// The returned string describes the address for messages, without any
+// password.
+func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
+	var opt rueidis.ClientOption
+	switch {
+	case s == "":
+		return opt, "", errors.New("empty address")
+	case strings.HasPrefix(s, "/"):
+		return unixClientOption(s)
+	case strings.HasPrefix(s, "unix:"):
+		rest := strings.TrimPrefix(s, "unix:")
+		rest = strings.TrimPrefix(rest, "//")
+		if !strings.HasPrefix(rest, "/") {
+			return opt, "", fmt.Errorf("%q: a unix socket address needs an absolute path, as in unix:///path/to.sock", s)
+		}
+		if i := strings.IndexAny(rest, "?#"); i >= 0 {
+			return opt, "", fmt.Errorf("%q: query parameters are not supported on unix socket addresses", s)
+		}
+		return unixClientOption(rest)
+	case strings.Contains(s, "://"):
+		opt, err := rueidis.ParseURL(s)
+		if err != nil {
+			return opt, "", fmt.Errorf("%q: %w", s, err)
+		}
+		if len(opt.InitAddress) != 1 || opt.InitAddress[0] == "" {
+			return opt, "", fmt.Errorf("%q: no server address in URL", s)
+		}
+		return opt, opt.InitAddress[0], nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return opt, "", fmt.Errorf("%q is not host:port, a unix socket path or a redis:// URL", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return opt, "", fmt.Errorf("%q: bad port %q", s, port)
+	}
+	if host == "" {
+		return opt, "", fmt.Errorf("%q: missing host", s)
+	}
+	opt.InitAddress = []string{s}
+	return opt, s, nil
+}
+
+// unixClientOption returns options that dial the unix socket path.
+func unixClientOption(path string) (rueidis.ClientOption, string, error) {
+	var opt rueidis.ClientOption
+	path = filepath.Clean(path)
+	if len(path) > maxUnixSocketPath {
+		return opt, "", fmt.Errorf("unix socket path %q is too long (%d bytes, at most %d)", path, len(path), maxUnixSocketPath)
+	}
+	opt.InitAddress = []string{path}
+	// A unix socket never leads to a cluster: skip the CLUSTER probe.
+	opt.ForceSingleClient = true
+	opt.DialCtxFn = func(ctx context.Context, _ string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", path)
+	}
+	return opt, "unix socket " + path, nil
+}
+
+// newRedisClient connects with opt (from parseRedisAddr) and checks that the
+// server answers.
+func newRedisClient(ctx context.Context, opt rueidis.ClientOption, desc string) (rueidis.Client, error) {
+	opt.ClientName = clientName
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Redis at %s: %w", desc, err)
+	}
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connecting to Redis at %s: %w", desc, err)
+	}
+	return c, nil
+}
