@@ -2,8 +2,12 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fencing counter key (present only when fencing; same slot as KEYS[1])
+-- KEYS[n]  grant log (last key; only when ARGV[3] == "1"): a list that gets
+--          "token fence" on every grant. Used by the fault-history tests to
+--          settle acquisitions whose reply was lost; never by production code.
 -- ARGV[1]  ownership token (random, non-empty)
 -- ARGV[2]  lease in whole milliseconds (> 0)
+-- ARGV[3]  "1" when the last key is a grant log (optional)
 --
 -- Result:
 --   {1, fence}  acquired; fence is the counter value as a decimal string
@@ -35,8 +39,17 @@ local function counter_problem(key)
   return nil
 end
 
-if KEYS[2] then
-  local why = counter_problem(KEYS[2])
+local grant_log = nil
+if ARGV[3] == '1' then
+  grant_log = KEYS[#KEYS]
+end
+local counter = nil
+if #KEYS == 3 or (#KEYS == 2 and not grant_log) then
+  counter = KEYS[2]
+end
+
+if counter then
+  local why = counter_problem(counter)
   if why then
     return redis.error_reply('COORDHOST_BADCOUNTER ' .. why)
   end
@@ -48,8 +61,12 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 
-if KEYS[2] then
-  redis.call('INCR', KEYS[2])
-  return {1, redis.call('GET', KEYS[2])}
+local fence = ''
+if counter then
+  redis.call('INCR', counter)
+  fence = redis.call('GET', counter)
 end
-return {1, ''}
+if grant_log then
+  redis.call('RPUSH', grant_log, ARGV[1] .. ' ' .. fence)
+end
+return {1, fence}

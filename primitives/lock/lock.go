@@ -121,8 +121,12 @@ type Locker struct {
 	fence  bool
 	retry  policies.RetryPolicy
 	fifo   bool
-	seq    atomic.Uint64 // FIFO arrival sequence within this process
-	engine *wait.Engine
+	// grantLog makes the acquire script append "token fence" to a list in
+	// the lock's slot on every grant. Set only by tests (export_test.go):
+	// the fault-history checker settles lost replies from it.
+	grantLog bool
+	seq      atomic.Uint64 // FIFO arrival sequence within this process
+	engine   *wait.Engine
 }
 
 // New returns a Locker on client. It does not dial anything. Errors wrap
@@ -174,6 +178,39 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
+	return l.tryAcquire(ctx, req)
+}
+
+// TryAcquireFenced is TryAcquire for a fenced lock whose fencing counter the
+// caller names: one script checks contention, validates the counter at
+// counterKey (it must be absent or a plain non-negative decimal integer
+// without a TTL, below math.MaxInt64), increments it and creates the lease
+// at leaseKey. Lock.FencingToken returns the new counter value, exact for
+// every positive int64. Both keys get Options.Prefix; they must differ and,
+// after the prefix, share one cluster slot (use a hash tag), else the call
+// fails with primitives.ErrInvalidKey before anything is sent. A counter
+// that fails validation gives primitives.ErrCorruptCounter and no lease.
+// When the reply is lost the lease is released best effort and the counter
+// may have a gap.
+func (l *Locker) TryAcquireFenced(ctx context.Context, leaseKey, counterKey string, ttl time.Duration) (*Lock, error) {
+	req, err := l.prepareFenced(ctx, leaseKey, counterKey, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l.tryAcquire(ctx, req)
+}
+
+// AcquireFenced is Acquire for a fenced lock; see TryAcquireFenced for the
+// keys and the counter rules. It waits on the lease key.
+func (l *Locker) AcquireFenced(ctx context.Context, leaseKey, counterKey string, ttl time.Duration) (*Lock, error) {
+	req, err := l.prepareFenced(ctx, leaseKey, counterKey, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l.acquire(ctx, req)
+}
+
+func (l *Locker) tryAcquire(ctx context.Context, req *request) (*Lock, error) {
 	lk, holderTTL, err := l.attempt(ctx, l.client, req)
 	if err != nil {
 		return nil, err
@@ -194,6 +231,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
+	return l.acquire(ctx, req)
+}
+
+func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	start := time.Now()
 	if l.fifo {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
@@ -258,24 +299,21 @@ type request struct {
 	token               string
 	seq                 string // FIFO arrival sequence
 	queueMs             string // FIFO queue entry lease; "0" = do not queue
+	grants              string // test-only grant log key (see grantLog)
 }
 
 func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*request, error) {
-	if l == nil || l.client == nil {
-		return nil, fmt.Errorf("%w: lock: nil Locker (use lock.New)", primitives.ErrInvalidOptions)
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("%w: lock: nil context", primitives.ErrInvalidOptions)
+	if err := l.check(ctx); err != nil {
+		return nil, err
 	}
 	full, err := l.space.Key(key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 	}
-	ttl, ms, err := leaseMillis(ttl)
-	if err != nil {
+	r := &request{key: full, channel: l.space.Channel("rel", key)}
+	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
 		return nil, err
 	}
-	r := &request{key: full, ttl: ttl, ms: ms, token: rand.Text(), channel: l.space.Channel("rel", key)}
 	if l.fence {
 		if r.fence, err = l.space.Derived("fence", key); err != nil {
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
@@ -291,11 +329,68 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
 		r.queueMs = "0"
 	}
+	return l.finish(ctx, r, key)
+}
+
+func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string, ttl time.Duration) (*request, error) {
+	if err := l.check(ctx); err != nil {
+		return nil, err
+	}
+	full, err := l.space.Key(leaseKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: lease key: %w", primitives.ErrInvalidKey, err)
+	}
+	counter, err := l.space.Key(counterKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: counter key: %w", primitives.ErrInvalidKey, err)
+	}
+	if full == counter {
+		return nil, fmt.Errorf("%w: lock: lease key and counter key are both %q", primitives.ErrInvalidKey, full)
+	}
+	if a, b := keys.Slot(full), keys.Slot(counter); a != b {
+		return nil, fmt.Errorf("%w: lock: lease key %q (slot %d) and counter key %q (slot %d) are in different cluster slots; give them one hash tag", primitives.ErrInvalidKey, full, a, counter, b)
+	}
+	r := &request{key: full, fence: counter, channel: l.space.Channel("rel", leaseKey)}
+	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
+		return nil, err
+	}
+	if l.fifo {
+		if r.queue, err = l.space.Derived("queue", leaseKey); err == nil {
+			r.deadlines, err = l.space.Derived("queue-deadlines", leaseKey)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.queueMs = "0"
+	}
+	return l.finish(ctx, r, leaseKey)
+}
+
+func (l *Locker) check(ctx context.Context) error {
+	if l == nil || l.client == nil {
+		return fmt.Errorf("%w: lock: nil Locker (use lock.New)", primitives.ErrInvalidOptions)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: lock: nil context", primitives.ErrInvalidOptions)
+	}
+	return nil
+}
+
+// finish fills what every request needs once its keys are valid.
+func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, error) {
+	r.token = rand.Text()
+	if l.grantLog {
+		var err error
+		if r.grants, err = l.space.Derived("grants", key); err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+	}
 	if l.engine.Closed() {
-		return nil, fmt.Errorf("lock %q: %w", full, primitives.ErrClosed)
+		return nil, fmt.Errorf("lock %q: %w", r.key, primitives.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock %q: %w", full, err)
+		return nil, fmt.Errorf("lock %q: %w", r.key, err)
 	}
 	return r, nil
 }
@@ -320,6 +415,9 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 	}
 	if r.fence != "" {
 		keys = append(keys, r.fence)
+	}
+	if r.grants != "" && r.queue == "" {
+		keys, args = append(keys, r.grants), append(args, "1")
 	}
 	sent := time.Now()
 	vals, err := sc.Run(ctx, c, keys, args).ToArray()
