@@ -7,4 +7,7 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -258,8 +258,8 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	if l.fifo {
 		wreq.Also, wreq.Every, wreq.MaxSleep = []string{req.queue}, true, QueueEntryTTL/3
 	}
-	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c rueidis.CoreClient) (wait.Outcome, error) {
-		lk, holderTTL, err := l.attempt(ctx, c, req)
+	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
+		lk, holderTTL, err := l.attempt(ctx, c.CoreClient, req)
 		if err != nil {
 			if isRetryable(ctx, err) {
 				// A lost reply may have granted under this token; the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ type dconn struct {
 	cancel func()
 	errc   <-chan error
 	mode   Mode
+	id     int64               // CLIENT ID, 0 if unknown
 	subs   map[string]struct{} // channels confirmed subscribed
 }
 
@@ -67,7 +69,11 @@ func dial(client rueidis.Client, want Mode, onMsg func(rueidis.PubSubMessage), o
 	if want == ModePoll {
 		d.mode = ModePoll
 	} else if !cluster && want != ModeChannel {
-		if info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString(); err == nil && strings.Contains(info, " resp=3") {
+		info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString()
+		if err == nil {
+			d.id = infoID(info)
+		}
+		if err == nil && strings.Contains(info, " resp=3") {
 			// Turn tracking off first: a pooled connection may carry the
 			// client's OPTIN tracking, and we need every read tracked.
 			_ = c.Do(ctx, c.B().ClientTracking().Off().Build()).Error()
@@ -89,4 +95,16 @@ func dial(client rueidis.Client, want Mode, onMsg func(rueidis.PubSubMessage), o
 func isTransport(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)
 	return err != nil && !ok
+}
+
+// infoID parses the id= field of a CLIENT INFO line.
+func infoID(info string) int64 {
+	info = strings.TrimPrefix(info, "txt:")
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "id="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }

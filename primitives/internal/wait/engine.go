@@ -80,8 +80,17 @@ type Outcome struct {
 	HolderTTL time.Duration
 }
 
+// Conn is the connection an attempt must use.
+type Conn struct {
+	rueidis.CoreClient
+	// ID is the server's CLIENT ID of the connection when it is the
+	// engine's dedicated one (track mode), so a primitive that must fence
+	// an uncertain outcome can CLIENT KILL it; 0 for the shared client.
+	ID int64
+}
+
 // Attempt tries once to acquire, on the given connection.
-type Attempt func(ctx context.Context, c rueidis.CoreClient) (Outcome, error)
+type Attempt func(ctx context.Context, c Conn) (Outcome, error)
 
 // Options configure an Engine. The zero value picks the mode automatically.
 type Options struct {
@@ -98,9 +107,10 @@ type Engine struct {
 	mu      sync.Mutex
 	closed  bool
 	conn    *dconn
-	dialing chan struct{} // closed when the dial under way ends
-	queues  map[string]*queue
-	byChan  map[string]*queue
+	dialing chan struct{}                  // closed when the dial under way ends
+	queues  map[string]*queue              // by Request.Queue
+	byKey   map[string]map[*queue]struct{} // invalidation key -> queues
+	byChan  map[string]map[*queue]struct{} // release channel -> queues
 
 	stats Stats
 }
@@ -119,7 +129,8 @@ func New(client rueidis.Client, opts Options) *Engine {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
-	return &Engine{client: client, opts: opts, queues: map[string]*queue{}, byChan: map[string]*queue{}}
+	return &Engine{client: client, opts: opts, queues: map[string]*queue{},
+		byKey: map[string]map[*queue]struct{}{}, byChan: map[string]map[*queue]struct{}{}}
 }
 
 // Stats returns a snapshot of the counters.
@@ -165,9 +176,9 @@ func (e *Engine) Close() error {
 
 // queue holds the local waiters of one key, oldest first.
 type queue struct {
-	key, channel string
-	also         []string // more keys whose invalidation wakes this queue
-	waiters      []*waiter
+	id, channel string
+	keys        []string // keys whose invalidation wakes this queue
+	waiters     []*waiter
 }
 
 // wake pokes the head, and every waiter that does not coalesce.
@@ -196,7 +207,11 @@ func poke(ch chan struct{}) {
 
 // Request describes one wait.
 type Request struct {
-	Key     string // full Redis key, used to match invalidations
+	Key string // full Redis key, used to match invalidations
+	// Queue identifies the local FIFO queue; waiters with the same Queue
+	// take turns. Empty means Key. Several queues may share a Key (fields
+	// of one hash): an invalidation of Key wakes every one of them.
+	Queue   string
 	Channel string // release channel
 	Policy  policies.RetryPolicy
 	// Start is when the caller's first attempt was sent; Elapsed for the
@@ -286,9 +301,9 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 		case <-w.wakec:
 		default:
 		}
-		var c rueidis.CoreClient = e.client
+		c := Conn{CoreClient: e.client}
 		if conn != nil && conn.mode == ModeTrack {
-			c = conn.c
+			c = Conn{CoreClient: conn.c, ID: conn.id}
 		}
 		e.mu.Lock()
 		e.stats.Attempts++
@@ -306,7 +321,7 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 			if !errors.As(err, &r) {
 				return err
 			}
-			if conn != nil && c == conn.c {
+			if conn != nil && c.ID != 0 {
 				e.dropConn(conn)
 			}
 			reason, lastErr, holderTTL = policies.ReasonError, err, -1
@@ -393,15 +408,19 @@ func (e *Engine) join(ctx context.Context, req Request) (*queue, *waiter, error)
 	if e.closed {
 		return nil, nil, ErrClosed
 	}
-	q := e.queues[req.Key]
+	id := req.Queue
+	if id == "" {
+		id = req.Key
+	}
+	q := e.queues[id]
 	if q == nil {
-		q = &queue{key: req.Key, channel: req.Channel, also: req.Also}
-		e.queues[req.Key] = q
-		for _, k := range req.Also {
-			e.queues[k] = q
+		q = &queue{id: id, channel: req.Channel, keys: append([]string{req.Key}, req.Also...)}
+		e.queues[id] = q
+		for _, k := range q.keys {
+			index(e.byKey, k, q)
 		}
 		if req.Channel != "" {
-			e.byChan[req.Channel] = q
+			index(e.byChan, req.Channel, q)
 		}
 	}
 	q.waiters = append(q.waiters, w)
@@ -419,12 +438,11 @@ func (e *Engine) leave(q *queue, w *waiter) {
 	}
 	var unsub *dconn
 	if len(q.waiters) == 0 {
-		delete(e.queues, q.key)
-		for _, k := range q.also {
-			delete(e.queues, k)
+		delete(e.queues, q.id)
+		for _, k := range q.keys {
+			unindex(e.byKey, k, q)
 		}
-		if q.channel != "" {
-			delete(e.byChan, q.channel)
+		if q.channel != "" && unindex(e.byChan, q.channel, q) {
 			if e.conn != nil && e.conn.mode == ModeChannel {
 				if _, ok := e.conn.subs[q.channel]; ok {
 					delete(e.conn.subs, q.channel)
@@ -544,7 +562,7 @@ func (e *Engine) onMessage(m rueidis.PubSubMessage) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.stats.Messages++
-	if q := e.byChan[m.Channel]; q != nil {
+	for q := range e.byChan[m.Channel] {
 		q.wake()
 	}
 }
@@ -566,8 +584,28 @@ func (e *Engine) onInvalidations(keys []rueidis.RedisMessage) {
 		if err != nil {
 			continue
 		}
-		if q := e.queues[s]; q != nil {
+		for q := range e.byKey[s] {
 			q.wake()
 		}
 	}
+}
+
+func index(m map[string]map[*queue]struct{}, k string, q *queue) {
+	set := m[k]
+	if set == nil {
+		set = map[*queue]struct{}{}
+		m[k] = set
+	}
+	set[q] = struct{}{}
+}
+
+// unindex removes q under k and reports whether k has no queue left.
+func unindex(m map[string]map[*queue]struct{}, k string, q *queue) bool {
+	set := m[k]
+	delete(set, q)
+	if len(set) == 0 {
+		delete(m, k)
+		return true
+	}
+	return false
 }

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 // getAttempt "acquires" when the key is absent; it reads the key on the
 // connection it is given, which registers tracking in ModeTrack.
 func getAttempt(key string, calls *atomic.Int64) wait.Attempt {
-	return func(ctx context.Context, c rueidis.CoreClient) (wait.Outcome, error) {
+	return func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
 		calls.Add(1)
 		err := c.Do(ctx, c.B().Get().Key(key).Build()).Error()
 		if rueidis.IsRedisNil(err) {
