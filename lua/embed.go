@@ -18,3 +18,13 @@ var (
 	//go:embed lock_leave_fifo.lua
 	LockLeaveFIFO string
 )
+
+// Hash-field lease scripts (primitives/lease).
+var (
+	//go:embed lease_acquire.lua
+	LeaseAcquire string
+	//go:embed lease_renew.lua
+	LeaseRenew string
+	//go:embed lease_release.lua
+	LeaseRelease string
+)

@@ -52,6 +52,8 @@ const (
 	CodeWrongType
 	// CodeBadCounter is COORDHOST_BADCOUNTER: a fencing counter is unusable.
 	CodeBadCounter
+	// CodeKeyTTL is COORDHOST_KEYTTL: a hash of field leases has a key TTL.
+	CodeKeyTTL
 )
 
 // Error is a Redis error reply from a script, classified.
@@ -79,10 +81,12 @@ func (s *Script) Classify(err error) error {
 	// Errors raised by redis.call inside a script carry "ERR Error running
 	// script ... : WRONGTYPE ..." on old servers and "WRONGTYPE ..." with a
 	// script suffix on newer ones; match the word anywhere.
+	for word, code := range map[string]Code{"COORDHOST_BADCOUNTER": CodeBadCounter, "COORDHOST_KEYTTL": CodeKeyTTL} {
+		if i := strings.Index(msg, word); i >= 0 {
+			return &Error{Script: s.name, Code: code, Msg: strings.TrimSpace(msg[i+len(word):])}
+		}
+	}
 	switch {
-	case strings.Contains(msg, "COORDHOST_BADCOUNTER"):
-		detail := msg[strings.Index(msg, "COORDHOST_BADCOUNTER")+len("COORDHOST_BADCOUNTER"):]
-		return &Error{Script: s.name, Code: CodeBadCounter, Msg: strings.TrimSpace(detail)}
 	case strings.Contains(msg, "WRONGTYPE"):
 		return &Error{Script: s.name, Code: CodeWrongType, Msg: msg}
 	}

@@ -1,0 +1,29 @@
+-- lease_acquire: take one field of a hash as a lease with its own expiry.
+--
+-- KEYS[1]  hash key
+-- ARGV[1]  field
+-- ARGV[2]  ownership token (random, non-empty)
+-- ARGV[3]  lease in whole milliseconds (> 0)
+--
+-- Result:
+--   {1, ""}     acquired: field = token, HPEXPIRE ms on that field only
+--   {0, pttl}   held; pttl is the field's HPTTL in ms (-1: no expiry). The
+--               HGET also registers the hash for client tracking.
+-- Errors (nothing written):
+--   WRONGTYPE ...           the key holds a non-hash value
+--   COORDHOST_KEYTTL <why>  the hash has a key-level TTL, which would end
+--                           every field lease at once
+--
+-- Minimum server: Redis 7.4 (HPEXPIRE, HPTTL). Not idempotent: never retry.
+
+local hash, field = KEYS[1], ARGV[1]
+local current = redis.call('HGET', hash, field)
+if redis.call('PTTL', hash) >= 0 then
+  return redis.error_reply('COORDHOST_KEYTTL hash key has a key-level TTL; field leases need a hash without one')
+end
+if current then
+  return {0, redis.call('HPTTL', hash, 'FIELDS', 1, field)[1]}
+end
+redis.call('HSET', hash, field, ARGV[2])
+redis.call('HPEXPIRE', hash, ARGV[3], 'FIELDS', 1, field)
+return {1, ''}

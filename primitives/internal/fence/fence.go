@@ -1,0 +1,175 @@
+// Package fence runs commands whose outcome must be settled even when the
+// reply is lost: on a dedicated connection whose CLIENT ID is known, so that
+// on uncertainty another connection can CLIENT KILL it. After the kill, a
+// command still in flight either ran already or never will, and an
+// owner-checked cleanup decides the rest (DESIGN.md §4.1).
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/rueidis"
+)
+
+// ErrNoPermission means the server refused CLIENT INFO or CLIENT KILL (an
+// ACL without them): uncertain outcomes could not be fenced.
+var ErrNoPermission = errors.New("fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)")
+
+// maxIdle bounds the connections a Pool keeps for reuse.
+const maxIdle = 16
+
+// Conn is a dedicated connection with a known server-side identity.
+type Conn struct {
+	rueidis.DedicatedClient
+	cancel func()
+	ID     int64
+	LAddr  string // the server's address as the server sees it (laddr=)
+}
+
+// Pool hands out fenced connections. Safe for concurrent use.
+type Pool struct {
+	client  rueidis.Client
+	cluster bool
+
+	mu     sync.Mutex
+	idle   []*Conn
+	closed bool
+}
+
+// NewPool returns a pool over client. It dials nothing until Get.
+func NewPool(client rueidis.Client) *Pool {
+	return &Pool{client: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+}
+
+// Get returns a connection able to serve key (cluster clients bind a
+// dedicated connection to the node of its first keyed command).
+func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
+	if !p.cluster {
+		p.mu.Lock()
+		if n := len(p.idle); n > 0 {
+			c := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return c, nil
+		}
+		p.mu.Unlock()
+	}
+	dc, cancel := p.client.Dedicate()
+	var info string
+	var err error
+	if p.cluster {
+		// EXISTS binds the connection to key's node; CLIENT INFO then
+		// names the connection on that node.
+		res := dc.DoMulti(ctx, dc.B().Exists().Key(key).Build(), dc.B().ClientInfo().Build())
+		if err = res[0].Error(); err == nil {
+			info, err = res[1].ToString()
+		}
+	} else {
+		info, err = dc.Do(ctx, dc.B().ClientInfo().Build()).ToString()
+	}
+	if err != nil {
+		dc.Close()
+		cancel()
+		if isNoPerm(err) {
+			return nil, fmt.Errorf("%w: %w", ErrNoPermission, err)
+		}
+		return nil, err
+	}
+	c := &Conn{DedicatedClient: dc, cancel: cancel}
+	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
+		if v, ok := strings.CutPrefix(f, "id="); ok {
+			c.ID, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(f, "laddr="); ok {
+			c.LAddr = v
+		}
+	}
+	if c.ID == 0 {
+		c.Discard()
+		return nil, fmt.Errorf("fence: CLIENT INFO without an id: %q", info)
+	}
+	return c, nil
+}
+
+// Put returns a healthy connection for reuse (standalone) or gives it back
+// to the client's pool (cluster: it is bound to one node).
+func (p *Pool) Put(c *Conn) {
+	if !p.cluster {
+		p.mu.Lock()
+		if !p.closed && len(p.idle) < maxIdle {
+			p.idle = append(p.idle, c)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	c.Discard()
+}
+
+// Discard closes the connection instead of reusing it.
+func (c *Conn) Discard() {
+	c.DedicatedClient.Close()
+	c.cancel()
+}
+
+// Kill cuts off the connection with CLIENT KILL ID from another
+// connection: once it returns nil, a command sent on that connection has
+// either run or never will. laddr, when known, restricts the kill to the
+// node that owns the id (ids are per node in a cluster). "No such client"
+// counts as success: the connection is already gone.
+func (p *Pool) Kill(ctx context.Context, id int64, laddr string) error {
+	cmd := func(c rueidis.Client) rueidis.Completed {
+		b := c.B().ClientKill().Id(id)
+		if laddr != "" {
+			return b.Laddr(laddr).Build()
+		}
+		return b.Build()
+	}
+	nodes := map[string]rueidis.Client{"": p.client}
+	if p.cluster {
+		nodes = p.client.Nodes()
+		if laddr == "" {
+			return errors.New("fence: cluster kill needs the connection's laddr")
+		}
+	}
+	var errs []error
+	for _, n := range nodes {
+		err := n.Do(ctx, cmd(n)).Error()
+		if err == nil || isNoSuchClient(err) {
+			continue
+		}
+		if isNoPerm(err) {
+			return fmt.Errorf("%w: %w", ErrNoPermission, err)
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("fence: CLIENT KILL ID %d: %w", id, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Close discards idle connections. Idempotent.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.Discard()
+	}
+}
+
+func isNoPerm(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(rerr.Error(), "NOPERM")
+}
+
+func isNoSuchClient(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(rerr.Error(), "No such client")
+}

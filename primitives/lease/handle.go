@@ -1,0 +1,147 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/redis/rueidis"
+)
+
+// Lease is a granted hash-field lease. Methods are safe for concurrent use;
+// copies of a *Lease share one state.
+type Lease struct {
+	client  rueidis.Client
+	key     string
+	field   string
+	token   string
+	channel string
+	state   *handle.State
+}
+
+var _ primitives.Lease = (*Lease)(nil)
+
+// Key returns the hash key, prefix included.
+func (l *Lease) Key() string { return l.key }
+
+// Field returns the leased field.
+func (l *Lease) Field() string { return l.field }
+
+// Token returns the random ownership token stored in the field.
+func (l *Lease) Token() string { return l.token }
+
+// Remaining returns the local estimate of the time left, measured from
+// before the acquire (or last accepted renewal) was sent. Zero once lost or
+// released.
+func (l *Lease) Remaining() time.Duration { return l.state.Remaining() }
+
+// Done is closed when the estimate runs out, ownership is lost or
+// uncertain, or the lease is released. Closing is final.
+func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
+
+// Renew sets the field's expiry to ttl from now if this handle still owns
+// it. False without a round trip once the estimate ran out or the lease was
+// lost or released; false after a round trip when the field is gone or
+// another owner's (the handle is then lost). A transport error or
+// cancellation fails the handle closed and returns the error.
+func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	ttl, ms, err := leaseMillis(ttl)
+	if err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	sent := time.Now()
+	if !l.state.CanRenew(sent) {
+		return false, nil
+	}
+	n, err := renewScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, ms}).AsInt64()
+	if err != nil {
+		l.state.Lost()
+		err = renewScript.Classify(err)
+		if script.IsUncertain(err) {
+			return false, fmt.Errorf("lease %q field %q: renew outcome unknown, handle closed: %w", l.key, l.field, err)
+		}
+		return false, mapScriptErr(l.key, err)
+	}
+	if n != 1 {
+		l.state.Lost()
+		return false, nil
+	}
+	l.state.Renewed(sent, ttl)
+	return true, nil
+}
+
+// Verify asks the server whether this handle still owns the field. A false
+// answer marks the handle lost; errors leave it as it was.
+func (l *Lease) Verify(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	v, err := l.client.Do(ctx, l.client.B().Hget().Key(l.key).Field(l.field).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		l.state.Lost()
+		return false, nil
+	}
+	if err != nil {
+		if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+			l.state.Lost()
+			return false, nil
+		}
+		return false, fmt.Errorf("lease %q field %q: verify: %w", l.key, l.field, err)
+	}
+	if v != l.token {
+		l.state.Lost()
+		return false, nil
+	}
+	return true, nil
+}
+
+// Release deletes the field if this handle still owns it and announces the
+// release (fire and forget). Results as in primitives.ReleaseResult. A
+// transport error or cancellation returns the error and closes Done;
+// calling Release again settles ownership.
+func (l *Lease) Release(ctx context.Context) (primitives.ReleaseResult, error) {
+	if l.state.IsReleased() {
+		return primitives.AlreadyReleased, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, l.channel}).AsInt64()
+	if err != nil {
+		l.state.Lost()
+		err = releaseScript.Classify(err)
+		if script.IsUncertain(err) {
+			return 0, fmt.Errorf("lease %q field %q: release outcome unknown: %w", l.key, l.field, err)
+		}
+		return 0, mapScriptErr(l.key, err)
+	}
+	l.state.Released()
+	switch n {
+	case 1:
+		return primitives.Released, nil
+	case 0:
+		return primitives.AlreadyReleased, nil
+	}
+	return primitives.NotOwned, nil
+}
+
+// Close releases the lease best effort within DefaultCloseTimeout; it never
+// deletes another owner's field and is idempotent. It returns an error only
+// when the outcome stayed unknown.
+func (l *Lease) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
+	defer cancel()
+	_, err := l.Release(ctx)
+	if errors.Is(err, primitives.ErrWrongType) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,393 @@
+// Package lease implements named leases as fields of one Redis hash, each
+// field with its own expiry (HPEXPIRE), over a caller-owned rueidis.Client.
+//
+// A lease is one field holding a random ownership token; renew, verify and
+// release compare the token of that field only, so an expired owner's
+// handle can never touch a replacement or a sibling field. Field expiry
+// needs Redis 7.4 or newer: on older servers every call fails with
+// ErrUnsupportedServer before anything is written.
+//
+// An acquire whose reply is lost is fenced, never replayed: it runs on a
+// dedicated connection whose CLIENT ID is known, and on uncertainty another
+// connection sends CLIENT KILL ID before an owner-checked release, so a
+// delayed command cannot recreate a lease after its cleanup. That needs the
+// CLIENT INFO and CLIENT KILL commands; without them acquisitions fail with
+// an error wrapping ErrNoClientPermission.
+//
+// Waiters track the whole hash (any field's change may wake them; only the
+// head of each field's local queue re-attempts) and always wake at the
+// holder field's HPTTL. See package lock for which client options give
+// which wake-up source; the rules are the same.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coordhost/coordhost/lua"
+	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/policies/builtin"
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/fence"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/probe"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
+	"github.com/redis/rueidis"
+)
+
+// DefaultCloseTimeout bounds Lease.Close and the cleanup after an uncertain
+// acquire.
+const DefaultCloseTimeout = 2 * time.Second
+
+// Errors of this package (see also the primitives sentinels).
+var (
+	// ErrUnsupportedServer: the server lacks per-field expiry.
+	ErrUnsupportedServer = errors.New("lease: server does not support hash-field expiry")
+	// ErrHashHasTTL: the hash key has a key-level TTL, which would end every
+	// field lease at once. Nothing was written.
+	ErrHashHasTTL = errors.New("lease: hash key has a key-level TTL")
+	// ErrNoClientPermission: CLIENT INFO / CLIENT KILL are refused, so an
+	// uncertain acquire could not be fenced.
+	ErrNoClientPermission = fence.ErrNoPermission
+)
+
+var (
+	acquireScript = script.New("lease_acquire", lua.LeaseAcquire)
+	renewScript   = script.New("lease_renew", lua.LeaseRenew)
+	releaseScript = script.New("lease_release", lua.LeaseRelease)
+)
+
+// Options configure Leases. The zero value is valid: no prefix,
+// exponential backoff waiting.
+type Options struct {
+	// Prefix is prepended to every hash key.
+	Prefix string
+	// Retry decides how Acquire waits after a failed attempt; nil means
+	// builtin.Exponential{}. Waiters also wake at the holder's expiry and
+	// on server notifications whatever it says.
+	Retry policies.RetryPolicy
+}
+
+// Leases acquires hash-field leases on one client. Safe for concurrent use;
+// create one per client and share it.
+type Leases struct {
+	client rueidis.Client
+	space  keys.Space
+	retry  policies.RetryPolicy
+	engine *wait.Engine
+	fences *fence.Pool
+
+	mu        sync.Mutex
+	supported int // 0 unknown, 1 yes, -1 no
+	version   string
+}
+
+// New returns Leases on client. It sends nothing. Errors wrap
+// primitives.ErrInvalidOptions.
+func New(client rueidis.Client, opts Options) (*Leases, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: lease: nil rueidis client", primitives.ErrInvalidOptions)
+	}
+	retry := opts.Retry
+	if retry == nil {
+		retry = builtin.Exponential{}
+	}
+	if v, ok := retry.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: lease: retry policy: %w", primitives.ErrInvalidOptions, err)
+		}
+	}
+	return &Leases{
+		client: client,
+		space:  keys.Space{Prefix: opts.Prefix},
+		retry:  retry,
+		engine: wait.New(client, wait.Options{}),
+		fences: fence.NewPool(client),
+	}, nil
+}
+
+// Close stops waiting (blocked Acquire calls return primitives.ErrClosed)
+// and closes idle fenced connections. Granted leases keep working. It does
+// not close the client. Idempotent.
+func (ls *Leases) Close() error {
+	err := ls.engine.Close()
+	ls.fences.Close()
+	return err
+}
+
+// TryAcquire makes one attempt to take field of hashKey for ttl and never
+// waits; contention returns an error matching primitives.ErrNotAcquired.
+// ttl is rounded up to whole milliseconds and must be at least 1ms.
+//
+// Errors, all before anything is written: primitives.ErrInvalidKey (empty
+// or reserved key, empty field), primitives.ErrInvalidTTL,
+// ErrUnsupportedServer (Redis < 7.4), ErrHashHasTTL, primitives.ErrWrongType,
+// ErrNoClientPermission, ctx.Err(). A lost reply is fenced and settled; the
+// error then says the outcome was unknown and the lease is not held.
+func (ls *Leases) TryAcquire(ctx context.Context, hashKey, field string, ttl time.Duration) (*Lease, error) {
+	req, err := ls.prepare(ctx, hashKey, field, ttl)
+	if err != nil {
+		return nil, err
+	}
+	l, holderTTL, err := ls.attempt(ctx, wait.Conn{}, req)
+	if err != nil {
+		return nil, err
+	}
+	if l == nil {
+		return nil, fmt.Errorf("%w: lease %q field %q is held (expires in %v)", primitives.ErrNotAcquired, req.key, req.field, holderTTL)
+	}
+	return l, nil
+}
+
+// Acquire takes field of hashKey for ttl, waiting while another owner holds
+// it, until ctx ends (the error matches ctx.Err()), the retry policy gives
+// up (primitives.ErrNotAcquired) or Leases closes (primitives.ErrClosed).
+// Bad input fails as in TryAcquire.
+func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.Duration) (*Lease, error) {
+	req, err := ls.prepare(ctx, hashKey, field, ttl)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l, holderTTL, err := ls.attempt(ctx, wait.Conn{}, req)
+	if err != nil && !retryable(ctx, err) {
+		return nil, err
+	}
+	if l != nil {
+		return l, nil
+	}
+	if err != nil {
+		holderTTL = -1
+	}
+	var got *Lease
+	werr := ls.engine.Wait(ctx, wait.Request{
+		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel,
+		Policy: ls.retry, Start: start, Attempts: 1, HolderTTL: holderTTL,
+	}, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
+		l, holderTTL, err := ls.attempt(ctx, c, req)
+		if err != nil {
+			if retryable(ctx, err) {
+				req.token = rand.Text()
+				return wait.Outcome{}, &wait.Retryable{Err: err}
+			}
+			return wait.Outcome{}, err
+		}
+		if l != nil {
+			got = l
+			return wait.Outcome{Acquired: true}, nil
+		}
+		return wait.Outcome{HolderTTL: holderTTL}, nil
+	})
+	switch {
+	case werr == nil:
+		return got, nil
+	case errors.Is(werr, wait.ErrGaveUp):
+		return nil, fmt.Errorf("%w: lease %q field %q: %w", primitives.ErrNotAcquired, req.key, req.field, werr)
+	case errors.Is(werr, wait.ErrClosed):
+		return nil, fmt.Errorf("lease %q: %w", req.key, primitives.ErrClosed)
+	}
+	return nil, werr
+}
+
+type request struct {
+	key, field, channel string
+	ttl                 time.Duration
+	ms                  string
+	token               string
+}
+
+func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.Duration) (*request, error) {
+	if ls == nil || ls.client == nil {
+		return nil, fmt.Errorf("%w: lease: nil Leases (use lease.New)", primitives.ErrInvalidOptions)
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: lease: nil context", primitives.ErrInvalidOptions)
+	}
+	full, err := ls.space.Key(hashKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lease: hash key: %w", primitives.ErrInvalidKey, err)
+	}
+	if field == "" {
+		return nil, fmt.Errorf("%w: lease: field is empty", primitives.ErrInvalidKey)
+	}
+	ttl, ms, err := leaseMillis(ttl)
+	if err != nil {
+		return nil, err
+	}
+	if ls.engine.Closed() {
+		return nil, fmt.Errorf("lease %q: %w", full, primitives.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lease %q: %w", full, err)
+	}
+	if err := ls.checkServer(ctx); err != nil {
+		return nil, err
+	}
+	field = string([]byte(field)) // own copy for asynchronous work
+	return &request{
+		key: full, field: field, ttl: ttl, ms: ms, token: rand.Text(),
+		channel: ls.space.Channel("lease-rel", strconv.Itoa(len(hashKey))+":"+hashKey+":"+field),
+	}, nil
+}
+
+func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
+	if ttl < time.Millisecond {
+		return 0, "", fmt.Errorf("%w: lease: ttl %v is below 1ms", primitives.ErrInvalidTTL, ttl)
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
+}
+
+// checkServer probes once for HPEXPIRE/HPTTL; transport errors are not
+// cached.
+func (ls *Leases) checkServer(ctx context.Context) error {
+	ls.mu.Lock()
+	s, v := ls.supported, ls.version
+	ls.mu.Unlock()
+	if s == 0 {
+		ok, err := probe.HasCommands(ctx, ls.client, "hpexpire", "hpttl")
+		if err != nil {
+			return fmt.Errorf("lease: probing the server for hash-field expiry: %w", err)
+		}
+		s = 1
+		if !ok {
+			s, v = -1, probe.Version(ctx, ls.client)
+		}
+		ls.mu.Lock()
+		ls.supported, ls.version = s, v
+		ls.mu.Unlock()
+	}
+	if s < 0 {
+		return fmt.Errorf("%w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer); the server is Redis %s", ErrUnsupportedServer, v)
+	}
+	return nil
+}
+
+// attempt runs the acquire script once. On the engine's tracking
+// connection (c.ID != 0) it runs there; otherwise on a fenced connection of
+// its own. A lost reply is fenced with CLIENT KILL, then released with an
+// owner check.
+func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
+	var conn rueidis.CoreClient = c.CoreClient
+	var fc *fence.Conn
+	id, laddr := c.ID, ""
+	if c.ID == 0 {
+		var err error
+		if fc, err = ls.fences.Get(ctx, r.key); err != nil {
+			if errors.Is(err, fence.ErrNoPermission) {
+				return nil, 0, fmt.Errorf("lease %q: %w", r.key, err)
+			}
+			if ctx.Err() != nil {
+				return nil, 0, fmt.Errorf("lease %q: %w", r.key, ctx.Err())
+			}
+			// Nothing was sent yet: safe to retry.
+			return nil, 0, &uncertainError{key: r.key, err: err}
+		}
+		conn, id, laddr = fc, fc.ID, fc.LAddr
+	}
+	sent := time.Now()
+	vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("lease: acquire script returned %d values, want 2", len(vals))
+	}
+	if err != nil {
+		err = acquireScript.Classify(err)
+		if script.IsUncertain(err) {
+			if fc != nil {
+				fc.Discard()
+			}
+			if ferr := ls.settle(ctx, r, id, laddr); ferr != nil {
+				return nil, 0, fmt.Errorf("lease %q field %q: acquire outcome unknown and could not be settled: %w (%w)", r.key, r.field, ferr, err)
+			}
+			return nil, 0, &uncertainError{key: r.key, err: err}
+		}
+		if fc != nil {
+			ls.fences.Put(fc)
+		}
+		return nil, 0, mapScriptErr(r.key, err)
+	}
+	if fc != nil {
+		ls.fences.Put(fc)
+	}
+	flag, err := vals[0].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease %q: acquire script: %w", r.key, err)
+	}
+	if flag == 0 {
+		pttl, err := vals[1].AsInt64()
+		if err != nil {
+			return nil, 0, fmt.Errorf("lease %q: acquire script: %w", r.key, err)
+		}
+		return nil, time.Duration(pttl) * time.Millisecond, nil
+	}
+	st := handle.New(sent, r.ttl)
+	if st.Remaining() == 0 {
+		ls.release(ctx, r)
+		return nil, 0, &lateError{key: r.key}
+	}
+	return &Lease{client: ls.client, key: r.key, field: r.field, token: r.token, channel: r.channel, state: st}, 0, nil
+}
+
+// settle fences the connection the uncertain command went out on, then
+// releases the token with an owner check, on a context that survives the
+// caller's cancellation but is bounded.
+func (ls *Leases) settle(ctx context.Context, r *request, id int64, laddr string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
+	defer cancel()
+	if err := ls.fences.Kill(ctx, id, laddr); err != nil {
+		return err
+	}
+	return ls.release(ctx, r)
+}
+
+func (ls *Leases) release(ctx context.Context, r *request) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
+	defer cancel()
+	return releaseScript.Run(ctx, ls.client, []string{r.key}, []string{r.field, r.token, r.channel}).Error()
+}
+
+type uncertainError struct {
+	key string
+	err error
+}
+
+func (e *uncertainError) Error() string {
+	return fmt.Sprintf("lease %q: acquire outcome unknown (fenced and released): %v", e.key, e.err)
+}
+
+func (e *uncertainError) Unwrap() error { return e.err }
+
+type lateError struct{ key string }
+
+func (e *lateError) Error() string {
+	return fmt.Sprintf("lease %q: grant arrived after the lease ran out locally", e.key)
+}
+
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var late *lateError
+	var unknown *uncertainError
+	return errors.As(err, &late) || errors.As(err, &unknown)
+}
+
+func mapScriptErr(key string, err error) error {
+	var se *script.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case script.CodeWrongType:
+			return fmt.Errorf("%w: lease %q: %s", primitives.ErrWrongType, key, se.Msg)
+		case script.CodeKeyTTL:
+			return fmt.Errorf("%w: %q: %s", ErrHashHasTTL, key, se.Msg)
+		}
+	}
+	return fmt.Errorf("lease %q: %w", key, err)
+}
