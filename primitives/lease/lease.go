@@ -370,6 +370,9 @@ func (e *lateError) Error() string {
 	return fmt.Sprintf("lease %q: grant arrived after the lease ran out locally", e.key)
 }
 
+// Unwrap makes a late grant match primitives.ErrNotAcquired.
+func (e *lateError) Unwrap() error { return primitives.ErrNotAcquired }
+
 func retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false

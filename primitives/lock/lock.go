@@ -495,6 +495,9 @@ func (e *lateError) Error() string {
 	return fmt.Sprintf("lock %q: grant arrived after the lease ran out locally", e.key)
 }
 
+// Unwrap makes a late grant match primitives.ErrNotAcquired.
+func (e *lateError) Unwrap() error { return primitives.ErrNotAcquired }
+
 // isRetryable: transport errors and late grants are worth another attempt
 // while ctx lives; errors the server answered are not.
 func isRetryable(ctx context.Context, err error) bool {
