@@ -1,0 +1,31 @@
+package policies
+
+import "errors"
+
+// PartitionRequest names a resource and carries the caller's attributes
+// (tenant, route, user ...). Policies must not keep or modify it.
+type PartitionRequest struct {
+	// Kind is the primitive asking ("lock", "rate_limit", ...).
+	Kind string
+	// Name is the configured name of the resource.
+	Name string
+	// Attributes are the caller's key/value attributes.
+	Attributes map[string]string
+}
+
+// PartitionPolicy maps a request to the partition key the primitive uses
+// (appended to the resource's key). It must be a pure function of its input.
+// An error fails the acquisition closed: a policy never guesses a key.
+// Implementations must be safe for concurrent use.
+type PartitionPolicy interface {
+	PartitionKey(PartitionRequest) (string, error)
+}
+
+// PartitionFunc adapts a function to PartitionPolicy.
+type PartitionFunc func(PartitionRequest) (string, error)
+
+// PartitionKey calls f(r).
+func (f PartitionFunc) PartitionKey(r PartitionRequest) (string, error) { return f(r) }
+
+// ErrPartition is wrapped by partition errors, from any backend.
+var ErrPartition = errors.New("policies: partition key unavailable")
