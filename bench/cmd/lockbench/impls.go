@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+)
+
+// held is a granted lock of any implementation.
+type held interface {
+	Release(ctx context.Context) error
+}
+
+// impl is one lock implementation on its own client(s).
+type impl interface {
+	// TryLock makes one attempt and never waits.
+	TryLock(ctx context.Context, key string, ttl time.Duration) (held, error)
+	// Lock waits with the library's own blocking or retrying acquire until
+	// it gets the lock or ctx ends.
+	Lock(ctx context.Context, key string, ttl time.Duration) (held, error)
+	Close()
+}
+
+// implConfig says how to build an instance.
+type implConfig struct {
+	addr string
+	// ttl is the lease for implementations that fix it at construction
+	// (rueidislock's KeyValidity).
+	ttl time.Duration
+	// crashHolder: the instance will take a lock and never release it;
+	// implementations with automatic extension must not extend.
+	crashHolder bool
+}
+
+// kind describes one implementation row.
+type kind struct {
+	name string
+	// blocking: has a waiting acquire (sections 2–4).
+	blocking bool
+	// scriptCmds are the commands its Lua scripts call inside Redis; INFO
+	// commandstats counts them as well as the EVALSHA that ran the script.
+	scriptCmds []string
+	// note is what the row measures, for the report.
+	note string
+	new  func(implConfig) (impl, error)
+}
+
+// retryDelay is the tight fixed retry interval given to the polling peers
+// (bsm/redislock, redsync) in the waiting sections.
+const retryDelay = time.Millisecond
+
+func kinds() []kind {
+	return []kind{
+		{
+			name: "coordhost", blocking: true,
+			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
+			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release (EVALSHA each); Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
+			new:        func(c implConfig) (impl, error) { return newCoordhost(c, false) },
+		},
+		{
+			name:       "coordhost fencing",
+			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
+			note:       "as above with `Options.Fencing` (INCR of a per-key counter + counter checks in the acquire script)",
+			new:        func(c implConfig) (impl, error) { return newCoordhost(c, true) },
+		},
+		{
+			name: "bsm/redislock", blocking: true,
+			scriptCmds: []string{"set", "getrange", "get", "del", "pexpire", "pttl"},
+			note:       "go-redis v9 client (defaults: RESP3, pool 10×GOMAXPROCS); Obtain (EVALSHA of its obtain script) + Release (EVALSHA); waiting = `RetryStrategy: LinearBackoff(1ms)`",
+			new:        newBSM,
+		},
+		{
+			name: "redsync", blocking: true,
+			scriptCmds: []string{"get", "del"},
+			note:       "one goredis/v9 pool on a default go-redis client; `NewMutex` per acquire; TryLock = SET NX + a goroutine and 2 timeout contexts per op, a *failed* attempt also runs the delete script (2 commands); Unlock = EVALSHA; waiting = `WithRetryDelay(1ms)`, unlimited tries",
+			new:        newRedsync,
+		},
+		{
+			name: "rueidislock", blocking: true,
+			scriptCmds: []string{"set", "get", "del", "pexpireat"},
+			note:       "`KeyMajority: 1` (one key, like the others; the default 2 writes 3 keys), KeyValidity = lease, its own rueidis client (one pipelined connection, OPTOUT tracking); TryWithContext/WithContext + cancel (cancel waits for the DEL); a goroutine + extension timer per lock; waiting = tracking invalidations only",
+			new:        newRueidislock,
+		},
+		{
+			name:       "raw rueidis",
+			scriptCmds: []string{"get", "del"},
+			note:       "baseline: default rueidis client, `SET key token NX PX` + owner-checked DEL via `rueidis.NewLuaScript` (EVALSHA)",
+			new:        func(c implConfig) (impl, error) { return newRaw(c, false) },
+		},
+		{
+			name:       "raw rueidis, Lua acquire",
+			scriptCmds: []string{"set", "get", "pttl", "del"},
+			note:       "second baseline, not a target: as raw rueidis but the acquire is a script like coordhost's without fencing (`SET NX PX`, on failure `GET` + `PTTL`), to separate the cost of a scripted acquire from the library's own overhead",
+			new:        func(c implConfig) (impl, error) { return newRaw(c, true) },
+		},
+	}
+}
+
+func kindByName(name string) kind {
+	for _, k := range kinds() {
+		if k.name == name {
+			return k
+		}
+	}
+	panic("unknown kind " + name)
+}
+
+// ---- coordhost ----
+
+type coordhostImpl struct {
+	client rueidis.Client
+	locker *lock.Locker
+}
+
+func newCoordhost(c implConfig, fencing bool) (impl, error) {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+	if err != nil {
+		return nil, err
+	}
+	l, err := lock.New(client, lock.Options{Fencing: fencing})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &coordhostImpl{client: client, locker: l}, nil
+}
+
+type coordhostHeld struct{ l *lock.Lock }
+
+func (h coordhostHeld) Release(ctx context.Context) error {
+	r, err := h.l.Release(ctx)
+	if err != nil {
+		return err
+	}
+	if r != primitives.Released {
+		return fmt.Errorf("release: %v", r)
+	}
+	return nil
+}
+
+func (i *coordhostImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.locker.TryAcquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return coordhostHeld{l}, nil
+}
+
+func (i *coordhostImpl) Lock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.locker.Acquire(ctx, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return coordhostHeld{l}, nil
+}
+
+func (i *coordhostImpl) Close() {
+	_ = i.locker.Close()
+	i.client.Close()
+}
+
+// ---- bsm/redislock ----
+
+type bsmImpl struct {
+	rdb    *goredis.Client
+	client *redislock.Client
+}
+
+func newBSM(c implConfig) (impl, error) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: c.addr})
+	return &bsmImpl{rdb: rdb, client: redislock.New(rdb)}, nil
+}
+
+type bsmHeld struct{ l *redislock.Lock }
+
+func (h bsmHeld) Release(ctx context.Context) error { return h.l.Release(ctx) }
+
+func (i *bsmImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.client.Obtain(ctx, key, ttl, nil)
+	if err != nil {
+		return nil, err
+	}
+	return bsmHeld{l}, nil
+}
+
+func (i *bsmImpl) Lock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.client.Obtain(ctx, key, ttl, &redislock.Options{RetryStrategy: redislock.LinearBackoff(retryDelay)})
+	if err != nil {
+		return nil, err
+	}
+	return bsmHeld{l}, nil
+}
+
+func (i *bsmImpl) Close() { _ = i.rdb.Close() }
+
+// ---- redsync ----
+
+type redsyncImpl struct {
+	rdb *goredis.Client
+	rs  *redsync.Redsync
+}
+
+func newRedsync(c implConfig) (impl, error) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: c.addr})
+	return &redsyncImpl{rdb: rdb, rs: redsync.New(redsyncgoredis.NewPool(rdb))}, nil
+}
+
+type redsyncHeld struct{ m *redsync.Mutex }
+
+func (h redsyncHeld) Release(ctx context.Context) error {
+	ok, err := h.m.UnlockContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("redsync: unlock returned false")
+	}
+	return nil
+}
+
+func (i *redsyncImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	m := i.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+	if err := m.TryLockContext(ctx); err != nil {
+		return nil, err
+	}
+	return redsyncHeld{m}, nil
+}
+
+func (i *redsyncImpl) Lock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	m := i.rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(retryDelay))
+	if err := m.LockContext(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return redsyncHeld{m}, nil
+}
+
+func (i *redsyncImpl) Close() { _ = i.rdb.Close() }
+
+// ---- rueidislock ----
+
+type rueidislockImpl struct {
+	l rueidislock.Locker
+}
+
+func newRueidislock(c implConfig) (impl, error) {
+	opt := rueidislock.LockerOption{
+		ClientOption: rueidis.ClientOption{InitAddress: []string{c.addr}},
+		KeyMajority:  1,
+		KeyValidity:  c.ttl,
+	}
+	if c.crashHolder {
+		// Never extend: the holder "crashes" right after acquiring.
+		opt.ExtendInterval = time.Hour
+	}
+	l, err := rueidislock.NewLocker(opt)
+	if err != nil {
+		return nil, err
+	}
+	return &rueidislockImpl{l: l}, nil
+}
+
+type rueidislockHeld struct{ cancel context.CancelFunc }
+
+func (h rueidislockHeld) Release(context.Context) error {
+	h.cancel() // waits until the key is deleted
+	return nil
+}
+
+// TryLock ignores ttl: rueidislock fixes the lease (KeyValidity) per Locker.
+func (i *rueidislockImpl) TryLock(ctx context.Context, key string, _ time.Duration) (held, error) {
+	_, cancel, err := i.l.TryWithContext(context.WithoutCancel(ctx), key)
+	if err != nil {
+		return nil, err
+	}
+	return rueidislockHeld{cancel}, nil
+}
+
+func (i *rueidislockImpl) Lock(ctx context.Context, key string, _ time.Duration) (held, error) {
+	_, cancel, err := i.l.WithContext(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return rueidislockHeld{cancel}, nil
+}
+
+func (i *rueidislockImpl) Close() { i.l.Close() }
+
+// ---- raw rueidis baseline ----
+
+var rawRelease = rueidis.NewLuaScript(`if redis.call("GET",KEYS[1]) == ARGV[1] then return redis.call("DEL",KEYS[1]) end return 0`)
+
+// rawAcquire mirrors lua/lock_acquire.lua without fencing.
+var rawAcquire = rueidis.NewLuaScript(`if not redis.call("SET",KEYS[1],ARGV[1],"NX","PX",ARGV[2]) then redis.call("GET",KEYS[1]) return {0, redis.call("PTTL",KEYS[1])} end return {1, ""}`)
+
+var errRawNotAcquired = errors.New("raw: not acquired")
+
+type rawImpl struct {
+	client   rueidis.Client
+	scripted bool
+}
+
+func newRaw(c implConfig, scripted bool) (impl, error) {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+	if err != nil {
+		return nil, err
+	}
+	return &rawImpl{client: client, scripted: scripted}, nil
+}
+
+type rawHeld struct {
+	client     rueidis.Client
+	key, token string
+}
+
+func (h rawHeld) Release(ctx context.Context) error {
+	n, err := rawRelease.Exec(ctx, h.client, []string{h.key}, []string{h.token}).AsInt64()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return errors.New("raw: not owned")
+	}
+	return nil
+}
+
+func (i *rawImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	token := rand.Text()
+	if i.scripted {
+		vals, err := rawAcquire.Exec(ctx, i.client, []string{key}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if ok, err := vals[0].AsInt64(); err != nil || ok != 1 {
+			return nil, errRawNotAcquired
+		}
+		return rawHeld{client: i.client, key: key, token: token}, nil
+	}
+	err := i.client.Do(ctx, i.client.B().Set().Key(key).Value(token).Nx().PxMilliseconds(ttl.Milliseconds()).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		return nil, errRawNotAcquired
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rawHeld{client: i.client, key: key, token: token}, nil
+}
+
+func (i *rawImpl) Lock(context.Context, string, time.Duration) (held, error) {
+	return nil, errors.New("raw baseline has no waiting acquire")
+}
+
+func (i *rawImpl) Close() { i.client.Close() }

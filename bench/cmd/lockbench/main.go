@@ -1,0 +1,296 @@
+// Command lockbench compares coordhost's lock with peer libraries
+// (bsm/redislock, redsync, rueidislock) and a raw rueidis baseline against
+// one Redis server it starts itself, in one run, and writes a Markdown
+// report. See bench/README.md.
+//
+// Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH):
+//
+//	go run ./cmd/lockbench -out RESULTS.md
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	out          string
+	reps         int
+	warm, dur    time.Duration
+	concs        []int
+	waiters      []int
+	handoffs     int
+	handoffWarm  int
+	hold         time.Duration
+	chainLimit   time.Duration
+	crashReps    int
+	patience     time.Duration
+	maxTimeouts  int
+	filler       int
+	sections     string
+	statsWaiters int // the waiter count the commands-per-release target is judged at
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.out, "out", "RESULTS.md", "Markdown report to write")
+	flag.IntVar(&o.reps, "reps", 5, "repetitions of each throughput measurement (median reported)")
+	flag.DurationVar(&o.warm, "warm", 250*time.Millisecond, "warm-up before each throughput measurement")
+	flag.DurationVar(&o.dur, "dur", 1500*time.Millisecond, "duration of each throughput measurement")
+	flag.IntVar(&o.handoffs, "handoffs", 200, "measured handoffs per handoff configuration")
+	flag.IntVar(&o.handoffWarm, "handoff-warm", 20, "handoffs discarded before measuring")
+	flag.DurationVar(&o.hold, "hold", time.Millisecond, "how long each holder keeps the lock in the handoff chain")
+	flag.DurationVar(&o.chainLimit, "chain-limit", 20*time.Second, "bound on one handoff configuration")
+	flag.IntVar(&o.crashReps, "crash-reps", 10, "repetitions of each crash-handoff configuration")
+	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
+	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
+	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
+	flag.StringVar(&o.sections, "sections", "123", "sections to run: 1 throughput, 2 handoff latency + commands per release, 3 crash handoff")
+	flag.Parse()
+	o.concs = []int{1, 8, 64}
+	o.waiters = []int{1, 10, 100}
+	o.statsWaiters = 100
+	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 {
+		fatalf("-reps, -handoffs and -crash-reps must be positive")
+	}
+
+	start := time.Now()
+	srv, err := startServer()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	cleanup = srv.stop
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigc
+		srv.stop()
+		fmt.Fprintf(os.Stderr, "lockbench: %v: server stopped\n", s)
+		os.Exit(130)
+	}()
+	logf("redis %s (%s) on %s; GOMAXPROCS=%d", srv.version, srv.bin, srv.addr, runtime.GOMAXPROCS(0))
+
+	rep := &report{opts: o, start: start, server: srv}
+	if strings.Contains(o.sections, "1") {
+		srv.mustDo("FLUSHALL")
+		rep.throughput = sectionThroughput(srv, o)
+	}
+	if strings.Contains(o.sections, "2") {
+		srv.mustDo("FLUSHALL")
+		rep.handoff = sectionHandoff(srv, o)
+	}
+	if strings.Contains(o.sections, "3") {
+		srv.mustDo("FLUSHALL")
+		rep.crash = sectionCrash(srv, o)
+	}
+	rep.elapsed = time.Since(start)
+	srv.stop()
+	cleanup = nil
+
+	md := rep.markdown()
+	if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
+		fatalf("%v", err)
+	}
+	fmt.Print(md)
+	logf("wrote %s in %v", o.out, rep.elapsed.Round(time.Second))
+}
+
+// ---- section 1 ----
+
+// tpKey identifies one throughput cell.
+type tpKey struct {
+	kind string
+	conc int
+}
+
+func sectionThroughput(srv *server, o options) map[tpKey]*tpResult {
+	ks := kinds()
+	res := map[tpKey]*tpResult{}
+	insts := make([]impl, len(ks))
+	for i, k := range ks {
+		im, err := k.new(implConfig{addr: srv.addr, ttl: throughputTTL})
+		if err != nil {
+			fatalf("%s: %v", k.name, err)
+		}
+		insts[i] = im
+		defer im.Close()
+	}
+	// One short untimed pass first: connections, script caches, pools.
+	for i, k := range ks {
+		if s := runThroughput(nil, insts[i], k.name, 8, 0, o.warm); s.err != nil {
+			fatalf("%s: warm-up: %v", k.name, s.err)
+		}
+	}
+	for r := range o.reps {
+		for _, conc := range o.concs {
+			// Rotate the order so no implementation always runs first.
+			for j := range ks {
+				i := (j + r) % len(ks)
+				k := ks[i]
+				s := runThroughput(srv, insts[i], k.name, conc, o.warm, o.dur)
+				key := tpKey{k.name, conc}
+				t := res[key]
+				if t == nil {
+					t = &tpResult{}
+					res[key] = t
+				}
+				t.rates = append(t.rates, s.rate)
+				t.serverCPU = append(t.serverCPU, s.serverCPU)
+				t.clientCPU = append(t.clientCPU, s.clientCPU)
+				t.errs += s.errs
+				if s.err != nil && t.first == nil {
+					t.first = s.err
+				}
+				logf("1 rep %d/%d conc %2d %-24s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
+					r+1, o.reps, conc, k.name, s.rate, s.serverCPU, s.clientCPU, s.errs)
+			}
+		}
+	}
+	return res
+}
+
+// ---- sections 2 and 4 ----
+
+type hoKey struct {
+	kind    string
+	waiters int
+}
+
+type hoResult struct {
+	chain chainResult
+	stats map[string]int64 // INFO commandstats over the measured window
+}
+
+func sectionHandoff(srv *server, o options) map[hoKey]*hoResult {
+	res := map[hoKey]*hoResult{}
+	for _, w := range o.waiters {
+		for _, k := range kinds() {
+			if !k.blocking {
+				continue
+			}
+			im, err := k.new(implConfig{addr: srv.addr, ttl: handoffTTL})
+			if err != nil {
+				fatalf("%s: %v", k.name, err)
+			}
+			r := &hoResult{}
+			var statsErr error
+			r.chain = runChain(im, chainConfig{
+				key:     fmt.Sprintf("bench:handoff:%s:%d", k.name, w),
+				waiters: w,
+				warm:    o.handoffWarm,
+				n:       o.handoffs,
+				hold:    o.hold,
+				limit:   o.chainLimit,
+				atStart: func() {
+					if _, err := srv.do("CONFIG", "RESETSTAT"); err != nil {
+						statsErr = err
+					}
+				},
+				atEnd: func() {
+					stats, err := srv.commandStats()
+					if err != nil {
+						statsErr = err
+					}
+					r.stats = stats
+				},
+			})
+			im.Close()
+			if statsErr != nil {
+				fatalf("commandstats: %v", statsErr)
+			}
+			res[hoKey{k.name, w}] = r
+			p50, p99, mx := pct(r.chain.lats, 50), pct(r.chain.lats, 99), pct(r.chain.lats, 100)
+			logf("2 waiters %3d %-14s handoffs %d p50 %v p99 %v max %v errors %d timedOut %v", w, k.name, len(r.chain.lats), p50, p99, mx, r.chain.errs, r.chain.timedOut)
+		}
+	}
+	return res
+}
+
+// ---- section 3 ----
+
+type crKey struct {
+	kind, phase string
+}
+
+const (
+	phaseEmpty  = "empty"
+	phaseFilled = "filled"
+)
+
+func sectionCrash(srv *server, o options) map[crKey]*crashResult {
+	res := map[crKey]*crashResult{}
+	for _, phase := range []string{phaseEmpty, phaseFilled} {
+		if phase == phaseFilled {
+			if err := srv.fill(o.filler); err != nil {
+				fatalf("filler: %v", err)
+			}
+		}
+		logf("3 phase %s: DBSIZE %s", phase, srv.mustDo("DBSIZE"))
+		for _, k := range kinds() {
+			if !k.blocking {
+				continue
+			}
+			holder, err := k.new(implConfig{addr: srv.addr, ttl: crashTTL, crashHolder: true})
+			if err != nil {
+				fatalf("%s: %v", k.name, err)
+			}
+			waiter, err := k.new(implConfig{addr: srv.addr, ttl: handoffTTL})
+			if err != nil {
+				fatalf("%s: %v", k.name, err)
+			}
+			r := runCrash(holder, waiter, k.name, phase, o.crashReps, o.patience, o.maxTimeouts)
+			waiter.Close()
+			holder.Close()
+			res[crKey{k.name, phase}] = &r
+			logf("3 %-6s %-14s n %d p50 %v max %v timeouts %d skipped %d err %v", phase, k.name, len(r.lats), pct(r.lats, 50), pct(r.lats, 100), r.timeouts, r.skipped, r.firstErr)
+		}
+	}
+	return res
+}
+
+// ---- helpers ----
+
+// pct is the nearest-rank percentile p (0 < p <= 100); 0 for no samples.
+func pct(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cleanup stops the server on fatal errors.
+var cleanup func()
+
+func fatalf(format string, args ...any) {
+	if cleanup != nil {
+		cleanup()
+	}
+	fmt.Fprintf(os.Stderr, "lockbench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

@@ -1,0 +1,464 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+)
+
+type report struct {
+	opts    options
+	start   time.Time
+	elapsed time.Duration
+	server  *server
+
+	throughput map[tpKey]*tpResult
+	handoff    map[hoKey]*hoResult
+	crash      map[crKey]*crashResult
+}
+
+// adminCmds are the benchmark's own commands, left out of the counts.
+var adminCmds = map[string]bool{"info": true, "config|resetstat": true}
+
+// cmdCounts splits commandstats into all calls and client-sent commands,
+// per release (n handoffs).
+type cmdCounts struct {
+	all, client float64
+	breakdown   string
+}
+
+func countCmds(stats map[string]int64, k kind, n int) cmdCounts {
+	inner := map[string]bool{}
+	for _, c := range k.scriptCmds {
+		inner[c] = true
+	}
+	var all, client int64
+	type kv struct {
+		name string
+		n    int64
+	}
+	var parts []kv
+	for name, calls := range stats {
+		if adminCmds[name] {
+			continue
+		}
+		all += calls
+		if !inner[name] {
+			client += calls
+		}
+		parts = append(parts, kv{name, calls})
+	}
+	slices.SortFunc(parts, func(a, b kv) int {
+		if c := cmp.Compare(b.n, a.n); c != 0 {
+			return c
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		mark := ""
+		if inner[p.name] {
+			mark = "*"
+		}
+		fmt.Fprintf(&b, "%s%s %.2f", p.name, mark, float64(p.n)/float64(n))
+	}
+	return cmdCounts{all: float64(all) / float64(n), client: float64(client) / float64(n), breakdown: b.String()}
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	o := r.opts
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+
+	w("# lockbench results\n\n")
+	w("Written by `make bench` (`go run ./cmd/lockbench -out RESULTS.md` in `bench/`); see `bench/README.md`. Regenerate rather than edit.\n\n")
+	w("| | |\n|---|---|\n")
+	w("| date | %s |\n", r.start.UTC().Format("2006-01-02 15:04 MST"))
+	w("| Go | %s %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	w("| GOMAXPROCS / CPUs | %d / %d |\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
+	w("| Redis | %s (`%s`), one server on 127.0.0.1 started by the program, `--save '' --appendonly no`; Go program and server share the CPUs |\n", r.server.version, r.server.bin)
+	w("| repetitions | throughput: %d × %v after %v warm-up per cell, median; handoff: %d handoffs per configuration after %d discarded; crash: %d per configuration |\n",
+		o.reps, o.dur, o.warm, o.handoffs, o.handoffWarm, o.crashReps)
+	w("| libraries | %s |\n", depVersions())
+	w("| run time | %v |\n\n", r.elapsed.Round(time.Second))
+
+	r.targets(w)
+	if r.throughput != nil {
+		r.sectionThroughput(w)
+	}
+	if r.handoff != nil {
+		r.sectionHandoff(w)
+	}
+	if r.crash != nil {
+		r.sectionCrash(w)
+	}
+	if r.handoff != nil {
+		r.sectionCommands(w)
+	}
+	w("## Implementations\n\n")
+	for _, k := range kinds() {
+		w("- **%s**: %s.\n", k.name, k.note)
+	}
+	return b.String()
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "**PASS**"
+	}
+	return "**MISS**"
+}
+
+func (r *report) targets(w func(string, ...any)) {
+	w("## Targets\n\n")
+	w("A throughput target passes only if both the ratio of the medians and the median of the same-repetition ratios meet it (the machine's load drifts; pairs measured seconds apart cancel most of it). Crash handoff: every repetition must meet it.\n\n")
+	w("| target | measured | verdict |\n|---|---|---|\n")
+	if r.throughput != nil {
+		c := r.tpMedian("coordhost", 64)
+		for _, peer := range []struct {
+			name string
+			want float64
+		}{{"raw rueidis", 0.9}, {"bsm/redislock", 2}, {"redsync", 2}} {
+			p := r.tpMedian(peer.name, 64)
+			ratio := 0.0
+			if p > 0 {
+				ratio = c / p
+			}
+			paired, pmed := r.pairedRatios("coordhost", peer.name, 64)
+			w("| 64 goroutines: coordhost ≥ %.1f× %s | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
+				peer.want, peer.name, num(c), num(p), ratio, paired, verdict(p > 0 && ratio >= peer.want && pmed >= peer.want))
+		}
+	}
+	if r.handoff != nil {
+		h := r.handoff[hoKey{"coordhost", 100}]
+		ok := h != nil && !h.chain.timedOut && h.chain.errs == 0 && len(h.chain.lats) > 0 && pct(h.chain.lats, 99) <= 2*time.Millisecond
+		meas := "not run"
+		if h != nil {
+			meas = fmt.Sprintf("p99 %s over %d handoffs", dur(pct(h.chain.lats, 99)), len(h.chain.lats))
+			if h.chain.timedOut {
+				meas += " (timed out)"
+			}
+		}
+		w("| handoff p99 ≤ 2 ms with 100 waiters (coordhost) | %s | %s |\n", meas, verdict(ok))
+	}
+	if r.crash != nil {
+		c := r.crash[crKey{"coordhost", phaseFilled}]
+		ok := c != nil && c.timeouts == 0 && c.skipped == 0 && c.firstErr == nil && len(c.lats) == r.opts.crashReps && pct(c.lats, 100) <= 10*time.Millisecond
+		meas := "not run"
+		if c != nil {
+			meas = fmt.Sprintf("max %s, p50 %s over %d reps", dur(pct(c.lats, 100)), dur(pct(c.lats, 50)), len(c.lats))
+			if c.timeouts > 0 {
+				meas += fmt.Sprintf(", %d timeouts", c.timeouts)
+			}
+		}
+		w("| crash handoff ≤ 10 ms after the TTL with %d keys (coordhost, every rep) | %s | %s |\n", r.opts.filler, meas, verdict(ok))
+	}
+	if r.handoff != nil {
+		h := r.handoff[hoKey{"coordhost", r.opts.statsWaiters}]
+		if h != nil && h.stats != nil && !h.chain.timedOut {
+			c := countCmds(h.stats, kindByName("coordhost"), r.opts.handoffs)
+			w("| ≤ 5 commands per release with %d local waiters (coordhost, client-sent) | %.2f client-sent (%.2f all calls incl. inside scripts) | %s |\n",
+				r.opts.statsWaiters, c.client, c.all, verdict(c.client <= 5))
+			w("| same, counting every call inside scripts too (stricter reading) | %.2f | %s |\n", c.all, verdict(c.all <= 5))
+		} else {
+			w("| ≤ 5 commands per release with %d local waiters | not measured (run timed out) | **MISS** |\n", r.opts.statsWaiters)
+		}
+	}
+	w("\n")
+}
+
+// pairedRatios is the min–max of a/b over repetitions, each pair measured
+// in the same repetition (seconds apart), which cancels slow drifts in
+// machine load.
+func (r *report) pairedRatios(a, b string, conc int) (string, float64) {
+	ta, tb := r.throughput[tpKey{a, conc}], r.throughput[tpKey{b, conc}]
+	if ta == nil || tb == nil {
+		return "–", 0
+	}
+	var q []float64
+	for i := range min(len(ta.rates), len(tb.rates)) {
+		if tb.rates[i] > 0 {
+			q = append(q, ta.rates[i]/tb.rates[i])
+		}
+	}
+	if len(q) == 0 {
+		return "–", 0
+	}
+	return fmt.Sprintf("%.2f–%.2f, median %.3f", slices.Min(q), slices.Max(q), median(q)), median(q)
+}
+
+func (r *report) tpMedian(kind string, conc int) float64 {
+	if t := r.throughput[tpKey{kind, conc}]; t != nil {
+		return median(t.rates)
+	}
+	return 0
+}
+
+func (r *report) sectionThroughput(w func(string, ...any)) {
+	o := r.opts
+	w("## 1. Uncontended acquire + release\n\n")
+	w("Cycles/s (one cycle = one non-waiting acquire + one release), N goroutines each on its own key, all on one client per implementation. Median of %d × %v; ratio vs the raw rueidis baseline; [min–max] over the repetitions.\n\n", o.reps, o.dur)
+	w("| implementation |")
+	for _, c := range o.concs {
+		w(" %d goroutine%s |", c, plural(c))
+	}
+	w("\n|---|")
+	for range o.concs {
+		w("---:|")
+	}
+	w("\n")
+	var errNotes []string
+	noisy := false
+	for _, k := range kinds() {
+		w("| %s |", k.name)
+		for _, c := range o.concs {
+			t := r.throughput[tpKey{k.name, c}]
+			if t == nil {
+				w(" – |")
+				continue
+			}
+			m := median(t.rates)
+			raw := r.tpMedian("raw rueidis", c)
+			ratio := ""
+			if raw > 0 {
+				ratio = fmt.Sprintf(" (%.2f×)", m/raw)
+			}
+			lo, hi := slices.Min(t.rates), slices.Max(t.rates)
+			mark := ""
+			if hi > 1.5*lo {
+				mark = " †"
+				noisy = true
+			}
+			w(" %s%s [%s–%s]%s |", num(m), ratio, num(lo), num(hi), mark)
+			if t.errs > 0 {
+				errNotes = append(errNotes, fmt.Sprintf("%s at %d goroutines: %d failed cycles, first: %v", k.name, c, t.errs, t.first))
+			}
+		}
+		w("\n")
+	}
+	if noisy {
+		w("\n† the repetitions spread over more than 1.5×: other load on the machine, or (typically at 1 goroutine, where every cycle waits on thread wake-ups) scheduling luck on few CPUs. Compare rows within a column, not runs.\n")
+	}
+	w("\nCPU per cycle, median µs: Redis server (`INFO cpu`) / the benchmark process (getrusage, all goroutines and client libraries; the other implementations' idle clients add next to nothing). Shows where each implementation spends: server-side scripts vs client-side work.\n\n")
+	w("| implementation |")
+	for _, c := range o.concs {
+		w(" %d goroutine%s |", c, plural(c))
+	}
+	w("\n|---|")
+	for range o.concs {
+		w("---:|")
+	}
+	w("\n")
+	for _, k := range kinds() {
+		w("| %s |", k.name)
+		for _, c := range o.concs {
+			t := r.throughput[tpKey{k.name, c}]
+			if t == nil {
+				w(" – |")
+				continue
+			}
+			w(" %.1f / %.1f |", median(t.serverCPU), median(t.clientCPU))
+		}
+		w("\n")
+	}
+	w("\n")
+	for _, n := range errNotes {
+		w("- errors: %s\n", n)
+	}
+	if len(errNotes) == 0 {
+		w("No cycle failed.\n")
+	}
+	w("\n")
+}
+
+func (r *report) sectionHandoff(w func(string, ...any)) {
+	o := r.opts
+	w("## 2. Handoff latency (release → next waiter's acquire returns)\n\n")
+	w("One key, 1 holder + W waiting goroutines in one process sharing one client per implementation. Each new holder records the time, holds %v, notes the time just before calling Release, releases, then queues up again once someone else got the lock; latency = from just before Release to the moment the next waiting acquire returned. %d handoffs per cell after %d discarded. Lease %v (never reached). Cells: p50 / p99 (max).\n\n",
+		o.hold, o.handoffs, o.handoffWarm, handoffTTL)
+	w("| implementation |")
+	for _, n := range o.waiters {
+		w(" %d waiter%s |", n, plural(n))
+	}
+	w("\n|---|")
+	for range o.waiters {
+		w("---:|")
+	}
+	w("\n")
+	var notes []string
+	for _, k := range kinds() {
+		if !k.blocking {
+			continue
+		}
+		w("| %s |", k.name)
+		for _, n := range o.waiters {
+			h := r.handoff[hoKey{k.name, n}]
+			if h == nil {
+				w(" – |")
+				continue
+			}
+			l := h.chain.lats
+			cell := fmt.Sprintf("%s / %s (%s)", dur(pct(l, 50)), dur(pct(l, 99)), dur(pct(l, 100)))
+			if h.chain.timedOut {
+				cell += fmt.Sprintf(" **timed out after %v: %d handoffs**", o.chainLimit, len(l))
+			}
+			w(" %s |", cell)
+			if h.chain.errs > 0 {
+				notes = append(notes, fmt.Sprintf("%s, %d waiters: %d failed acquires/releases, first: %v", k.name, n, h.chain.errs, h.chain.firstErr))
+			}
+		}
+		w("\n")
+	}
+	w("\n")
+	for _, n := range notes {
+		w("- errors: %s\n", n)
+	}
+	w("Waiting used: coordhost `Acquire` with its default retry policy (wakes on tracking invalidations and at the holder's PTTL); bsm/redislock `Obtain` with `LinearBackoff(%v)`; redsync `LockContext` with `WithRetryDelay(%v)` and unlimited tries; rueidislock `WithContext` (tracking invalidations). The polling peers are given a tighter retry than their defaults (redsync's default is 50–250 ms random, bsm's is no retry) so their latency is comparable; the price shows in section 4.\n\n", retryDelay, retryDelay)
+}
+
+func (r *report) sectionCommands(w func(string, ...any)) {
+	o := r.opts
+	w("## 4. Redis commands per release\n\n")
+	w("Measured in section 2's runs: the holder that completed handoff %d sends `CONFIG RESETSTAT` before it releases, the one that completed handoff %d sends `INFO commandstats`, so the window is exactly %d complete cycles of the chain (release, the next acquire, the waiters' attempts, and the previous holder re-queueing, whose first attempt fails by design). Values are per release. *All calls* sums every command INFO counts, including those a Lua script calls inside Redis; *client-sent* leaves out the commands the implementation's scripts call internally (marked * in the breakdown), i.e. EVALSHA/EVAL plus commands sent directly.\n\n",
+		o.handoffWarm, o.handoffWarm+o.handoffs, o.handoffs)
+	w("| implementation |")
+	for _, n := range o.waiters {
+		w(" %d waiter%s: client-sent (all) |", n, plural(n))
+	}
+	w(" breakdown at %d waiters |\n|---|", o.statsWaiters)
+	for range o.waiters {
+		w("---:|")
+	}
+	w("---|\n")
+	for _, k := range kinds() {
+		if !k.blocking {
+			continue
+		}
+		w("| %s |", k.name)
+		var breakdown string
+		for _, n := range o.waiters {
+			h := r.handoff[hoKey{k.name, n}]
+			if h == nil || h.stats == nil {
+				w(" – (timed out) |")
+				continue
+			}
+			c := countCmds(h.stats, k, o.handoffs)
+			w(" %.2f (%.2f) |", c.client, c.all)
+			if n == o.statsWaiters {
+				breakdown = c.breakdown
+			}
+		}
+		w(" %s |\n", breakdown)
+	}
+	w("\nScript-internal commands per implementation (from their Lua): ")
+	var parts []string
+	for _, k := range kinds() {
+		if k.blocking {
+			parts = append(parts, fmt.Sprintf("%s: %s", k.name, strings.Join(k.scriptCmds, ", ")))
+		}
+	}
+	w("%s. None of them is also sent directly by the same implementation, so the split is exact.\n\n", strings.Join(parts, "; "))
+}
+
+func (r *report) sectionCrash(w func(string, ...any)) {
+	o := r.opts
+	w("## 3. Crash handoff (holder never releases)\n\n")
+	w("A holder on its own client takes the key with a %v lease and never releases or renews it (rueidislock's holder has extension disabled); a waiter on another client then waits with its library's waiting acquire. Latency = waiter's acquire returned − (instant just before the holder's acquire was sent + %v), so it slightly overstates. %d reps per cell; a rep with no grant %v after the TTL is a timeout, and after %d timeouts the remaining reps are skipped. *Empty*: only the benchmark's keys; *%d keys*: plus `SET filler:i x EX 3600` for i < %d. Cells: p50 / max (reps measured).\n\n",
+		crashTTL, crashTTL, o.crashReps, o.patience, o.maxTimeouts, o.filler, o.filler)
+	w("| implementation | empty server | %d keys with long TTLs |\n|---|---:|---:|\n", o.filler)
+	for _, k := range kinds() {
+		if !k.blocking {
+			continue
+		}
+		w("| %s |", k.name)
+		for _, ph := range []string{phaseEmpty, phaseFilled} {
+			c := r.crash[crKey{k.name, ph}]
+			if c == nil {
+				w(" – |")
+				continue
+			}
+			cell := fmt.Sprintf("%s / %s (%d)", dur(pct(c.lats, 50)), dur(pct(c.lats, 100)), len(c.lats))
+			if len(c.lats) == 0 {
+				cell = "– (0)"
+			}
+			if c.timeouts > 0 {
+				cell += fmt.Sprintf(" **%d timed out (> %v after TTL)**", c.timeouts, o.patience)
+			}
+			if c.skipped > 0 {
+				cell += fmt.Sprintf(", %d skipped", c.skipped)
+			}
+			if c.firstErr != nil {
+				cell += fmt.Sprintf(", error: %v", c.firstErr)
+			}
+			if len(c.lats) > 0 && slices.Min(c.lats) < 0 {
+				cell += fmt.Sprintf(" **granted %s BEFORE the TTL ran out**", dur(-slices.Min(c.lats)))
+			}
+			w(" %s |", cell)
+		}
+		w("\n")
+	}
+	w("\n")
+}
+
+// depVersions lists the peer modules this binary was built with.
+func depVersions() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown (no build info)"
+	}
+	want := []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9", "github.com/redis/rueidis"}
+	var out []string
+	for _, d := range bi.Deps {
+		if slices.Contains(want, d.Path) {
+			v := d.Version
+			if d.Replace != nil {
+				v += " => " + d.Replace.Path + " " + d.Replace.Version
+			}
+			out = append(out, "`"+d.Path+"` "+v)
+		}
+	}
+	out = append(out, "coordhost from this tree (`replace => ../`)")
+	return strings.Join(out, ", ")
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case v >= 1e3:
+		return fmt.Sprintf("%.2fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func dur(d time.Duration) string {
+	neg := ""
+	if d < 0 {
+		neg, d = "-", -d
+	}
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%s%dµs", neg, d.Microseconds())
+	case d < 100*time.Millisecond:
+		return fmt.Sprintf("%s%.2fms", neg, float64(d)/1e6)
+	case d < 10*time.Second:
+		return fmt.Sprintf("%s%.0fms", neg, float64(d)/1e6)
+	}
+	return neg + d.Round(100*time.Millisecond).String()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}

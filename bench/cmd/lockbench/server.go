@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// server is the one redis-server this program starts and kills.
+//
+// internal/redistest would be the natural way to start it, but every
+// function there needs a testing.TB, which a main program cannot provide
+// without faking the testing package; so the few lines it takes are
+// repeated here with the same flags (--save ” --appendonly no, loopback,
+// free port).
+type server struct {
+	bin     string
+	addr    string
+	version string
+	dir     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	admin   rueidis.Client // RESP3, no client cache, no retries
+}
+
+// redisBinary is $COORDHOST_REDIS7_SERVER, else redis-server on PATH.
+func redisBinary() (string, error) {
+	if b := os.Getenv("COORDHOST_REDIS7_SERVER"); b != "" {
+		return b, nil
+	}
+	b, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", errors.New("$COORDHOST_REDIS7_SERVER is unset and redis-server is not on PATH (run `make redis`, then `. ./.cache/redis-env.sh`)")
+	}
+	return b, nil
+}
+
+func startServer() (*server, error) {
+	bin, err := redisBinary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lockbench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 10 {
+		s, err := launch(bin, dir)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("start %s: %w", bin, lastErr)
+}
+
+func launch(bin, dir string) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "server.log")
+	cmd := exec.Command(bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", dir,
+		"--logfile", logPath,
+	)
+	// Kill the server with us if we die without cleaning up.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-s.done:
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("redis-server exited: %s", lastLines(string(b), 5))
+		default:
+		}
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress:  []string{s.addr},
+			DisableCache: true,
+			DisableRetry: true,
+		})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			info, err2 := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+			cancel()
+			if err2 == nil && infoField(info, "process_id") == strconv.Itoa(cmd.Process.Pid) {
+				s.admin = c
+				s.version = infoField(info, "redis_version")
+				return s, nil
+			}
+			c.Close()
+			if err2 == nil {
+				s.kill()
+				return nil, fmt.Errorf("another server answers on %s", s.addr)
+			}
+			err = err2
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, fmt.Errorf("no answer on %s: %v", s.addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *server) kill() {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// stop kills the server and removes its directory.
+func (s *server) stop() {
+	s.kill()
+	os.RemoveAll(s.dir)
+}
+
+// do sends an admin command and returns the reply as text.
+func (s *server) do(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := s.admin.Do(ctx, s.admin.B().Arbitrary(args...).Build()).ToAny()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprint(v), nil
+}
+
+func (s *server) mustDo(args ...string) string {
+	out, err := s.do(args...)
+	if err != nil {
+		fatalf("redis %v: %v", args, err)
+	}
+	return out
+}
+
+// fill writes n unrelated keys with a one-hour TTL, pipelined.
+func (s *server) fill(n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		cmds := make(rueidis.Commands, 0, batch)
+		for j := i; j < min(n, i+batch); j++ {
+			cmds = append(cmds, s.admin.B().Set().Key("filler:"+strconv.Itoa(j)).Value("x").ExSeconds(3600).Build())
+		}
+		for _, r := range s.admin.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// commandStats parses INFO commandstats into command name → calls.
+func (s *server) commandStats() (map[string]int64, error) {
+	info, err := s.do("INFO", "commandstats")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("commandstats %q: %w", line, err)
+				}
+				out[name] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
