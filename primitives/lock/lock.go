@@ -211,7 +211,7 @@ func (l *Locker) AcquireFenced(ctx context.Context, leaseKey, counterKey string,
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, req *request) (*Lock, error) {
-	lk, holderTTL, err := l.attempt(ctx, l.client, req)
+	lk, holderTTL, err := l.attemptFirst(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	if l.fifo {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
 	}
-	lk, holderTTL, err := l.attempt(ctx, l.client, req)
+	lk, holderTTL, err := l.attemptFirst(ctx, req)
 	if err != nil && !isRetryable(ctx, err) {
 		return nil, err
 	}
@@ -409,6 +409,33 @@ func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 // and the holder's TTL, or an error. After an uncertain outcome it releases
 // the token best effort before returning the error.
 func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+	return l.attemptOn(ctx, c, r)
+}
+
+// attemptFirst is the caller's first attempt, on the shared client. For a
+// plain lock (no fencing, FIFO or grant log) it sends SET NX PX, which costs
+// the server less than a script; only on contention does the script run,
+// to learn the holder's TTL and to tell a foreign value (WRONGTYPE) from a
+// holder.
+func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Duration, error) {
+	if r.fence != "" || r.queue != "" || r.grants != "" {
+		return l.attemptOn(ctx, l.client, r)
+	}
+	sent := time.Now()
+	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
+	switch {
+	case err == nil:
+		return l.granted(ctx, r, sent, 0)
+	case rueidis.IsRedisNil(err):
+		return l.attemptOn(ctx, l.client, r)
+	case script.IsUncertain(err):
+		l.settle(ctx, r)
+		return nil, 0, &uncertainError{key: r.key, err: err}
+	}
+	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
+}
+
+func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
 	sc, keys, args := acquireScript, []string{r.key}, []string{r.token, r.ms}
 	if r.queue != "" {
 		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs)
@@ -454,6 +481,11 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
 		}
 	}
+	return l.granted(ctx, r, sent, fence)
+}
+
+// granted builds the handle for a grant whose command was sent at sent.
+func (l *Locker) granted(ctx context.Context, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
 	st := handle.New(sent, r.ttl)
 	if st.Remaining() == 0 {
 		// The grant arrived after the whole lease had run out locally: not
