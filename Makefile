@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin/coordhost
 REDIS_ENV := .cache/redis-env.sh
 
-.PHONY: all build test test-short redis run bench lint depcheck clean
+.PHONY: all build test test-short redis run bench lint depcheck clean wasm proto plugin-example
 
 all: build
 
@@ -37,6 +37,17 @@ lint:
 
 depcheck:
 	$(GO) run ./internal/depcheck
+
+# wasm rebuilds the example WASM policies reproducibly (the built .wasm files
+# are committed); proto regenerates the plugin protocol stubs (committed).
+wasm:
+	bash scripts/build-wasm.sh
+
+proto:
+	bash scripts/gen-proto.sh
+
+plugin-example:
+	$(GO) build -trimpath -o bin/coordhost-example-plugin ./plugins/examples/plugin
 
 clean:
 	rm -rf bin
