@@ -1,0 +1,146 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+var (
+	redisSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "addresses", Required: true},
+			{Name: "username"},
+			{Name: "password"},
+			{Name: "key_prefix"},
+			{Name: "client_cache"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}},
+	}
+	tlsSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "enabled"},
+			{Name: "ca_file"},
+			{Name: "cert_file"},
+			{Name: "key_file"},
+			{Name: "server_name"},
+			{Name: "insecure_skip_verify"},
+		},
+	}
+	serverSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "listen"},
+			{Name: "log_format"},
+			{Name: "log_level"},
+		},
+	}
+)
+
+func (d *decoder) decodeRedis(b *hcl.Block) *Redis {
+	r := &Redis{ClientCache: true, Range: b.DefRange}
+	content, diags := b.Body.Content(redisSchema)
+	d.add(diags...)
+	at := content.Attributes
+	if a := at["addresses"]; a != nil {
+		if addrs, ok := d.strList(a); ok {
+			if len(addrs) == 0 {
+				d.errorAt(a, "No Redis addresses", "Argument \"addresses\" needs at least one \"host:port\" or unix socket path; remove the redis block to run a private dev server.")
+			}
+			for i, addr := range addrs {
+				if err := checkAddress(addr, false); err != nil {
+					d.errorAt(a, "Invalid Redis address", "Element %d of \"addresses\", %q, %v.", i, addr, err)
+				}
+			}
+			r.Addresses = addrs
+		}
+	}
+	if a := at["username"]; a != nil {
+		r.Username, _ = d.str(a)
+	}
+	if a := at["password"]; a != nil {
+		r.Password, _ = d.str(a)
+	}
+	if a := at["key_prefix"]; a != nil {
+		r.KeyPrefix, _ = d.str(a)
+	}
+	if a := at["client_cache"]; a != nil {
+		if v, ok := d.boolean(a); ok {
+			r.ClientCache = v
+		}
+	}
+	for _, tb := range content.Blocks {
+		if r.TLS != nil {
+			d.duplicate(tb.DefRange, "Duplicate tls block", "A redis block has at most one tls block; the first is at "+where(r.TLS.Range)+".")
+			continue
+		}
+		r.TLS = d.decodeTLS(tb)
+	}
+	return r
+}
+
+func (d *decoder) decodeTLS(b *hcl.Block) *TLS {
+	t := &TLS{Enabled: true, Range: b.DefRange}
+	content, diags := b.Body.Content(tlsSchema)
+	d.add(diags...)
+	at := content.Attributes
+	if a := at["enabled"]; a != nil {
+		if v, ok := d.boolean(a); ok {
+			t.Enabled = v
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"ca_file", &t.CAFile}, {"cert_file", &t.CertFile}, {"key_file", &t.KeyFile}} {
+		if a := at[f.name]; a != nil {
+			*f.dst, _ = d.readableFile(a)
+		}
+	}
+	cert, key := at["cert_file"], at["key_file"]
+	if (cert == nil) != (key == nil) {
+		have, missing := "cert_file", "key_file"
+		if cert == nil {
+			have, missing = "key_file", "cert_file"
+		}
+		d.add(&hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Missing " + missing,
+			Detail:   fmt.Sprintf("A client certificate needs both cert_file and key_file; this tls block sets %s only.", have),
+			Subject:  at[have].NameRange.Ptr(),
+		})
+	}
+	if a := at["server_name"]; a != nil {
+		t.ServerName, _ = d.str(a)
+	}
+	if a := at["insecure_skip_verify"]; a != nil {
+		t.InsecureSkipVerify, _ = d.boolean(a)
+	}
+	return t
+}
+
+func (d *decoder) decodeServer(b *hcl.Block) Server {
+	s := Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo, Range: b.DefRange}
+	content, diags := b.Body.Content(serverSchema)
+	d.add(diags...)
+	at := content.Attributes
+	if a := at["listen"]; a != nil {
+		if v, ok := d.str(a); ok {
+			if err := checkAddress(v, true); err != nil {
+				d.errorAt(a, "Invalid listen address", "Argument \"listen\", %q, %v.", v, err)
+			} else {
+				s.Listen = v
+			}
+		}
+	}
+	if a := at["log_format"]; a != nil {
+		if v, ok := d.enum(a, string(LogText), string(LogJSON)); ok {
+			s.LogFormat = LogFormat(v)
+		}
+	}
+	if a := at["log_level"]; a != nil {
+		if v, ok := d.enum(a, string(LogDebug), string(LogInfo), string(LogWarn), string(LogError)); ok {
+			s.LogLevel = LogLevel(v)
+		}
+	}
+	return s
+}

@@ -1,0 +1,341 @@
+// Package config decodes coordhost's HCL configuration (DESIGN.md §6) into
+// plain data. Decoding is pure: it never dials Redis, starts plugins or
+// compiles WebAssembly; the only I/O is reading the configuration file, the
+// files named by file(), and checking the files named by module, path and
+// the TLS file attributes. The host (package host) turns a Config into
+// clients, policies and primitives.
+//
+// Every mistake comes back as an hcl.Diagnostic with a source range (file,
+// line, column); Load collects all of them instead of stopping at the first.
+// WriteDiagnostics renders them with source snippets.
+//
+// # Schema
+//
+//	variable "NAME" {             # any number; referenced as var.NAME
+//	  type        = string        # optional type constraint (any when omitted)
+//	  default     = "..."         # required unless LoadOptions.Vars sets it
+//	  description = "..."
+//	}
+//
+//	redis {                       # optional; without it `serve` runs a private redis-server
+//	  addresses    = ["host:port", "/path/to.sock"]  # required, non-empty
+//	  username     = ""
+//	  password     = ""
+//	  key_prefix   = ""
+//	  client_cache = true         # default true
+//	  tls {                       # optional
+//	    enabled              = true   # default true once the block is present
+//	    ca_file              = "..."  # files must exist; relative to path.config
+//	    cert_file            = "..."  # cert_file and key_file go together
+//	    key_file             = "..."
+//	    server_name          = "..."
+//	    insecure_skip_verify = false
+//	  }
+//	}
+//
+//	server {                      # optional
+//	  listen     = "127.0.0.1:7379"   # default DefaultListen
+//	  log_format = "text"             # text | json
+//	  log_level  = "info"             # debug | info | warn | error
+//	}
+//
+//	policy "KIND" "NAME" {        # KIND: retry | partition | starvation
+//	  driver = "builtin"          # builtin | wasm | plugin (required)
+//	  # builtin retry:      kind = "exponential" | "constant" | "none" (required),
+//	  #                     base, max, give_up_after (exponential),
+//	  #                     delay, give_up_after (constant)
+//	  # builtin partition:  template = "{$${tenant}}:$${name}" (required;
+//	  #                     "$${" because HCL itself reads "${" as interpolation)
+//	  # builtin starvation: bound = "500ms" | "unbounded" (required)
+//	  # wasm:   module = "${path.config}/x.wasm" (required),
+//	  #         limits { memory_pages = 16  call_timeout = "50ms" }, config = {...}
+//	  # plugin: path (required), sha256 (required), args = [...], config = {...},
+//	  #         call_timeout, health_interval
+//	}
+//
+//	lock "NAME" {
+//	  ttl       = "30s"           # required, at least 1ms
+//	  fencing   = false
+//	  fifo      = false
+//	  prefix    = "coordhost:lock:"   # default DefaultLockPrefix
+//	  retry     = policy.retry.NAME       # optional reference
+//	  partition = policy.partition.NAME   # optional reference
+//	}
+//
+// Durations are strings in time.ParseDuration syntax ("10ms", "1m30s").
+// Policy references are traversals written literally (policy.retry.fast,
+// not a string or an expression), also inside dynamic content. "dynamic"
+// blocks (hcl/v2/ext/dynblock) may generate any block except variable. Expressions may use var.NAME, path.config (the directory of the
+// configuration file), path.cwd, and the functions coalesce, concat, file,
+// format, join, jsonencode, length, lower, max, merge, min, split, tobool,
+// tonumber, tostring, trimspace and upper. file(PATH) reads a UTF-8 file
+// relative to path.config.
+package config
+
+import (
+	"time"
+
+	"github.com/coordhost/coordhost/policies"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// Defaults applied by Load.
+const (
+	// DefaultListen is server.listen when not set.
+	DefaultListen = "127.0.0.1:7379"
+	// DefaultLockPrefix is a lock's prefix when not set.
+	DefaultLockPrefix = "coordhost:lock:"
+	// MinLockTTL is the smallest ttl a lock accepts.
+	MinLockTTL = time.Millisecond
+	// MaxWasmMemoryPages is the largest limits.memory_pages (4 GiB of
+	// 64 KiB pages, the wasm32 maximum).
+	MaxWasmMemoryPages = 65536
+)
+
+// Config is a decoded configuration file. It is plain data: building it did
+// not dial Redis or start anything. Load and Parse always return a non-nil
+// Config; when their diagnostics have errors it holds only what could be
+// decoded and is good for Files (to render the diagnostics) and nothing
+// else. A Config is not modified after Load returns, so it is safe for
+// concurrent reads.
+type Config struct {
+	// Path is the absolute path of the file ("" when parsed from memory
+	// with an empty filename).
+	Path string
+	// Dir is path.config: the absolute directory of the file, against which
+	// relative paths in the file are resolved.
+	Dir string
+	// Redis is the redis block, or nil when there is none (dev mode: the
+	// host starts a private redis-server).
+	Redis *Redis
+	// Server is the server block with defaults filled in; present or not.
+	Server Server
+	// Variables are the declared variables, in declaration order, with
+	// their final values.
+	Variables []*Variable
+	// Policies are the declared policies, in declaration order.
+	Policies []*Policy
+	// Locks are the declared named locks, in declaration order (blocks
+	// generated by "dynamic" appear where the dynamic block is).
+	Locks []*Lock
+
+	files    map[string]*hcl.File
+	policies map[policyKey]*Policy
+	locks    map[string]*Lock
+}
+
+type policyKey struct {
+	kind policies.Kind
+	name string
+}
+
+// Files returns the parsed source files by the filename used in diagnostic
+// ranges, for WriteDiagnostics. The map must not be modified.
+func (c *Config) Files() map[string]*hcl.File { return c.files }
+
+// Policy returns the policy declared as `policy "KIND" "NAME"`, or nil.
+func (c *Config) Policy(kind policies.Kind, name string) *Policy {
+	return c.policies[policyKey{kind, name}]
+}
+
+// Lock returns the lock declared as `lock "NAME"`, or nil.
+func (c *Config) Lock(name string) *Lock { return c.locks[name] }
+
+// Variable is a `variable "NAME"` block.
+type Variable struct {
+	Name        string
+	Description string
+	// Type is the declared type constraint; cty.DynamicPseudoType when the
+	// block has no type attribute.
+	Type cty.Type
+	// Default is the default value, or cty.NilVal when there is none.
+	Default cty.Value
+	// Value is the value var.NAME has: the override from LoadOptions.Vars
+	// or else Default, converted to Type.
+	Value cty.Value
+	Range hcl.Range
+}
+
+// Redis is the redis block: how the host connects to Redis.
+type Redis struct {
+	// Addresses are "host:port" pairs ("[::1]:6379" for IPv6) or absolute
+	// paths of unix sockets; at least one.
+	Addresses []string
+	Username  string
+	Password  string
+	// KeyPrefix is prepended to every key the host writes; "" for none.
+	KeyPrefix string
+	// ClientCache turns on client-side caching (RESP3 tracking), which the
+	// wait engine uses for wake-ups. Default true.
+	ClientCache bool
+	// TLS is the tls block, or nil when there is none (plain TCP).
+	TLS   *TLS
+	Range hcl.Range
+}
+
+// TLS is redis.tls. File paths are absolute and the files existed and were
+// readable when the configuration was loaded.
+type TLS struct {
+	// Enabled is true unless the block says enabled = false.
+	Enabled            bool
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	ServerName         string
+	InsecureSkipVerify bool
+	Range              hcl.Range
+}
+
+// LogFormat is server.log_format.
+type LogFormat string
+
+// The log formats.
+const (
+	LogText LogFormat = "text"
+	LogJSON LogFormat = "json"
+)
+
+// LogLevel is server.log_level.
+type LogLevel string
+
+// The log levels.
+const (
+	LogDebug LogLevel = "debug"
+	LogInfo  LogLevel = "info"
+	LogWarn  LogLevel = "warn"
+	LogError LogLevel = "error"
+)
+
+// Server is the server block with defaults applied: Listen DefaultListen,
+// LogFormat LogText, LogLevel LogInfo.
+type Server struct {
+	// Listen is the host:port of the daemon's HTTP server; an empty host
+	// means all interfaces, port 0 any free port.
+	Listen    string
+	LogFormat LogFormat
+	LogLevel  LogLevel
+	// Range is the block's range, or the zero Range when there is no
+	// server block.
+	Range hcl.Range
+}
+
+// Driver is the backend that implements a policy.
+type Driver string
+
+// The drivers.
+const (
+	DriverBuiltin Driver = "builtin"
+	DriverWasm    Driver = "wasm"
+	DriverPlugin  Driver = "plugin"
+)
+
+// Policy is a `policy "KIND" "NAME"` block. Exactly one of Builtin, Wasm and
+// Plugin is set, according to Driver.
+type Policy struct {
+	Kind    policies.Kind
+	Name    string
+	Driver  Driver
+	Builtin *BuiltinPolicy
+	Wasm    *WasmPolicy
+	Plugin  *PluginPolicy
+	// Range is the block header's range.
+	Range hcl.Range
+}
+
+// RetryKind selects a builtin retry policy.
+type RetryKind string
+
+// The builtin retry kinds, after policies/builtin's Exponential, Constant
+// and NoRetry.
+const (
+	RetryExponential RetryKind = "exponential"
+	RetryConstant    RetryKind = "constant"
+	RetryNone        RetryKind = "none"
+)
+
+// BuiltinPolicy holds the parameters of a builtin policy, as data; the host
+// builds the policies/builtin value from it. Only the fields of the policy's
+// kind are set; unset durations are zero, which the builtin policies read as
+// their own defaults (for Exponential: DefaultBackoffBase and
+// DefaultBackoffMax; GiveUpAfter zero means never). All durations are
+// non-negative and Max >= Base when both are set.
+type BuiltinPolicy struct {
+	// Retry (kind retry).
+	Retry       RetryKind
+	Base        time.Duration // exponential
+	Max         time.Duration // exponential
+	Delay       time.Duration // constant
+	GiveUpAfter time.Duration // exponential, constant
+
+	// Template is the partition template (kind partition); it is
+	// syntactically valid (see builtin.ParseTemplate).
+	Template string
+
+	// Bound is the writer-starvation bound (kind starvation);
+	// policies.Unbounded for "unbounded".
+	Bound time.Duration
+}
+
+// WasmPolicy is a policy run by the wasm driver.
+type WasmPolicy struct {
+	// Module is the absolute path of the .wasm file; it existed, was
+	// readable and began with the WebAssembly magic when loaded.
+	Module string
+	// MemoryPages caps the instance memory in 64 KiB pages; 0 means the
+	// driver's default.
+	MemoryPages uint32
+	// CallTimeout bounds one call; 0 means the driver's default.
+	CallTimeout time.Duration
+	// Config is the config attribute as JSON (an object), passed to
+	// policy_configure; nil when absent.
+	Config []byte
+}
+
+// PluginPolicy is a policy run by the plugin driver (a go-plugin binary).
+type PluginPolicy struct {
+	// Path is the absolute path of the executable; it existed, was
+	// executable and had checksum SHA256 when loaded. The host checks the
+	// checksum again when it launches the binary.
+	Path string
+	// SHA256 is the pinned checksum: 64 lowercase hex digits.
+	SHA256 string
+	// Args are passed to the binary.
+	Args []string
+	// Config is the config attribute as JSON (an object); nil when absent.
+	Config []byte
+	// CallTimeout bounds one call; 0 means the driver's default.
+	CallTimeout time.Duration
+	// HealthInterval is the time between health pings; 0 means the
+	// driver's default.
+	HealthInterval time.Duration
+}
+
+// Lock is a `lock "NAME"` block: a named lock the host serves.
+type Lock struct {
+	Name string
+	// TTL is the lease of an acquisition; at least MinLockTTL.
+	TTL     time.Duration
+	Fencing bool
+	FIFO    bool
+	// Prefix is the lock's key prefix (after redis.key_prefix);
+	// DefaultLockPrefix when not set.
+	Prefix string
+	// Retry and Partition name policies of their kind that the Config
+	// declares; nil when not set.
+	Retry     *PolicyRef
+	Partition *PolicyRef
+	// Range is the block header's range.
+	Range hcl.Range
+}
+
+// PolicyRef is a reference such as policy.retry.fast.
+type PolicyRef struct {
+	Kind policies.Kind
+	Name string
+	// Range is the reference's range in the source.
+	Range hcl.Range
+}
+
+// String returns the reference as written: "policy.KIND.NAME".
+func (r *PolicyRef) String() string { return "policy." + string(r.Kind) + "." + r.Name }

@@ -1,0 +1,87 @@
+# coordhost.hcl: an example configuration using all three policy drivers.
+#
+#   coordhost validate -config examples/coordhost.hcl \
+#     -var plugin_sha256=$(sha256sum bin/coordhost-example-plugin | cut -d' ' -f1)
+#
+# It expects the example policies to be built first: the WebAssembly module
+# plugins/examples/wasm/gobackoff/gobackoff.wasm (scripts/build-wasm.sh) and
+# the plugin binary bin/coordhost-example-plugin (the Makefile's plugin
+# target). Paths are relative to this file's directory, path.config.
+
+variable "redis_addresses" {
+  description = "Redis servers (host:port or a unix socket path)."
+  type        = list(string)
+  default     = ["127.0.0.1:6379"]
+}
+
+variable "plugin_sha256" {
+  description = "sha256sum of bin/coordhost-example-plugin; the pin changes with every build."
+  type        = string
+  default     = "0000000000000000000000000000000000000000000000000000000000000000"
+}
+
+redis {
+  addresses    = var.redis_addresses
+  key_prefix   = "app:"
+  client_cache = true
+}
+
+server {
+  listen     = "127.0.0.1:7379"
+  log_format = "json"
+  log_level  = "info"
+}
+
+# Native exponential backoff with full jitter.
+policy "retry" "fast" {
+  driver        = "builtin"
+  kind          = "exponential"
+  base          = "10ms"
+  max           = "1s"
+  give_up_after = "30s"
+}
+
+# The same decision made by a Go policy compiled to WebAssembly.
+policy "retry" "gobackoff" {
+  driver = "wasm"
+  module = "${path.config}/../plugins/examples/wasm/gobackoff/gobackoff.wasm"
+  limits {
+    memory_pages = 64
+    call_timeout = "50ms"
+  }
+  config = {
+    base_ms          = 25
+    max_ms           = 2000
+    give_up_after_ms = 60000
+  }
+}
+
+# One partition per tenant, computed by an out-of-process plugin.
+policy "partition" "per_tenant" {
+  driver          = "plugin"
+  path            = "${path.config}/../bin/coordhost-example-plugin"
+  sha256          = var.plugin_sha256
+  config          = { tenant_prefix = "tenant:" }
+  call_timeout    = "100ms"
+  health_interval = "5s"
+}
+
+# Writers wait at most half a second before new readers are held off.
+policy "starvation" "writers_first" {
+  driver = "builtin"
+  bound  = "500ms"
+}
+
+lock "invoice" {
+  ttl     = "30s"
+  fencing = true
+  retry   = policy.retry.fast
+}
+
+lock "report" {
+  ttl       = "2m"
+  fifo      = true
+  prefix    = "app:reports:"
+  retry     = policy.retry.gobackoff
+  partition = policy.partition.per_tenant
+}
