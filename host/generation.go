@@ -1,0 +1,165 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coordhost/coordhost/config"
+	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/policies/wasm"
+	"github.com/coordhost/coordhost/primitives/lock"
+)
+
+// selfTestTimeout bounds the self-test of one generation's policies.
+const selfTestTimeout = 10 * time.Second
+
+// generation is one loaded configuration: its policies and primitives.
+type generation struct {
+	cfg      *config.Config
+	runtime  *wasm.Runtime
+	policies map[string]*loadedPolicy // "kind.name"
+	locks    map[string]*Lock
+
+	mu       sync.Mutex
+	inflight int
+	idle     chan struct{} // closed when inflight drops to 0 after retiring
+	retiring bool
+}
+
+// build loads every policy and creates every named primitive; on error it
+// closes what it had started.
+func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*Lock{}}
+	defer func() {
+		if err != nil {
+			g.close(context.WithoutCancel(ctx))
+		}
+	}()
+	for _, p := range cfg.Policies {
+		if p.Driver == config.DriverWasm && g.runtime == nil {
+			dir := h.opts.WasmCacheDir
+			if dir == "" {
+				dir = defaultWasmCacheDir()
+			}
+			if g.runtime, err = wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: dir, Logger: h.log}); err != nil {
+				return nil, fmt.Errorf("wasm runtime: %w", err)
+			}
+		}
+		lp, err := loadPolicy(ctx, p, g.runtime, h.metrics, h.log)
+		if err != nil {
+			return nil, err
+		}
+		g.policies[string(p.Kind)+"."+p.Name] = lp
+	}
+	stctx, cancel := context.WithTimeout(ctx, selfTestTimeout)
+	defer cancel()
+	for name, lp := range g.policies {
+		if err := lp.selfTest(stctx); err != nil {
+			return nil, fmt.Errorf("policy %s: self-test: %w", name, err)
+		}
+	}
+	for _, lc := range cfg.Locks {
+		l, err := g.newLock(h, lc)
+		if err != nil {
+			return nil, err
+		}
+		g.locks[lc.Name] = l
+	}
+	return g, nil
+}
+
+func (g *generation) policy(ref *config.PolicyRef) (*loadedPolicy, error) {
+	if ref == nil {
+		return nil, nil
+	}
+	lp := g.policies[string(ref.Kind)+"."+ref.Name]
+	if lp == nil {
+		return nil, fmt.Errorf("%w: %s", errNoPolicy, ref)
+	}
+	return lp, nil
+}
+
+func (g *generation) newLock(h *Host, lc *config.Lock) (*Lock, error) {
+	opts := lock.Options{Prefix: h.keyPfx + lc.Prefix, Fencing: lc.Fencing, FIFO: lc.FIFO}
+	var part policies.PartitionPolicy
+	if lp, err := g.policy(lc.Retry); err != nil {
+		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
+	} else if lp != nil {
+		opts.Retry = lp.retry
+	}
+	if lp, err := g.policy(lc.Partition); err != nil {
+		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
+	} else if lp != nil {
+		part = lp.partition
+	}
+	lk, err := lock.New(h.client, opts)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
+	}
+	return &Lock{name: lc.Name, cfg: lc, locker: lk, partition: part, gen: g}, nil
+}
+
+// enter counts an in-flight call; false once the generation is retiring.
+func (g *generation) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retiring {
+		return false
+	}
+	g.inflight++
+	return true
+}
+
+func (g *generation) exit() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inflight--
+	if g.inflight == 0 && g.retiring && g.idle != nil {
+		close(g.idle)
+		g.idle = nil
+	}
+}
+
+// drain stops new calls and waits for in-flight ones, bounded by ctx.
+func (g *generation) drain(ctx context.Context) error {
+	g.mu.Lock()
+	g.retiring = true
+	if g.inflight == 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	idle := make(chan struct{})
+	g.idle = idle
+	g.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%d acquisitions still in flight: %w", g.inflightCount(), ctx.Err())
+	}
+}
+
+func (g *generation) inflightCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inflight
+}
+
+// close stops the primitives (blocked waiters get ErrClosed), then the
+// policies and the wasm runtime.
+func (g *generation) close(ctx context.Context) {
+	var errs []error
+	for _, l := range g.locks {
+		errs = append(errs, l.locker.Close())
+	}
+	for _, lp := range g.policies {
+		errs = append(errs, lp.close(ctx))
+	}
+	if g.runtime != nil {
+		errs = append(errs, g.runtime.Close(ctx))
+	}
+	_ = errors.Join(errs...)
+}
