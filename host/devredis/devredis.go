@@ -281,7 +281,6 @@ func (d *Server) cleanup() {
 	_ = os.RemoveAll(d.dir)
 }
 
-
 // maxUnixSocketPath is the longest path a sockaddr_un holds (108 bytes
 // with the terminating NUL on Linux).
 const maxUnixSocketPath = 107

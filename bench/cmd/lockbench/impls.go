@@ -11,6 +11,7 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -43,6 +44,9 @@ type implConfig struct {
 	// crashHolder: the instance will take a lock and never release it;
 	// implementations with automatic extension must not extend.
 	crashHolder bool
+	// count, when set, counts every command the instance sends (coordhost
+	// only: its client is wrapped, see countingClient).
+	count *cmdCounter
 }
 
 // kind describes one implementation row.
@@ -55,7 +59,12 @@ type kind struct {
 	scriptCmds []string
 	// note is what the row measures, for the report.
 	note string
-	new  func(implConfig) (impl, error)
+	// countsOnClient: sections 4 and 5 count its client-sent commands on
+	// the client (implConfig.count) instead of subtracting scriptCmds from
+	// the server's counts, because it also sends some of its scripts'
+	// commands directly.
+	countsOnClient bool
+	new            func(implConfig) (impl, error)
 }
 
 // retryDelay is the tight fixed retry interval given to the polling peers
@@ -65,16 +74,22 @@ const retryDelay = time.Millisecond
 func kinds() []kind {
 	return []kind{
 		{
-			name: "coordhost", blocking: true,
+			name: "coordhost", blocking: true, countsOnClient: true,
 			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
-			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release (EVALSHA each); Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
-			new:        func(c implConfig) (impl, error) { return newCoordhost(c, false) },
+			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release; the first attempt of an acquire is a plain `SET NX PX` (since commit ffcbb96; before, it was the acquire script), the acquire script (EVALSHA) runs only on contention, Release is EVALSHA; Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
+			new:        func(c implConfig) (impl, error) { return newCoordhost(c, coordhostPlain) },
 		},
 		{
 			name:       "coordhost fencing",
 			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
-			note:       "as above with `Options.Fencing` (INCR of a per-key counter + counter checks in the acquire script)",
-			new:        func(c implConfig) (impl, error) { return newCoordhost(c, true) },
+			note:       "as above with `Options.Fencing`: every acquire is the script (counter checks, `SET NX PX`, INCR of a counter key the Locker derives)",
+			new:        func(c implConfig) (impl, error) { return newCoordhost(c, coordhostFencing) },
+		},
+		{
+			name:       "coordhost TryAcquireFenced",
+			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
+			note:       "`Locker.TryAcquireFenced(ctx, \"{k}:lease\", \"{k}:fence\", ttl)` (Options.Fencing off; the caller names the counter key, same hash tag) + Release: the acquire script with counter checks and INCR, as `coordhost fencing`",
+			new:        func(c implConfig) (impl, error) { return newCoordhost(c, coordhostNamedCounter) },
 		},
 		{
 			name: "bsm/redislock", blocking: true,
@@ -103,9 +118,29 @@ func kinds() []kind {
 		{
 			name:       "raw rueidis, Lua acquire",
 			scriptCmds: []string{"set", "get", "pttl", "del"},
-			note:       "second baseline, not a target: as raw rueidis but the acquire is a script like coordhost's without fencing (`SET NX PX`, on failure `GET` + `PTTL`), to separate the cost of a scripted acquire from the library's own overhead",
+			note:       "second baseline, not a target: as raw rueidis but the acquire is a script like coordhost's unfenced acquire script (`SET NX PX`, on failure `GET` + `PTTL`) — the shape of every coordhost acquire before commit ffcbb96 — to separate the cost of a scripted acquire from the library's own overhead",
 			new:        func(c implConfig) (impl, error) { return newRaw(c, true) },
 		},
+	}
+}
+
+// leaseField is the one field of the hash the section-5 chain passes around.
+const leaseField = "holder"
+
+// leaseKinds are section 5's rows, run on the Redis 8 server: coordhost's
+// hash-field lease, and its lock on the same server for reference.
+func leaseKinds() []kind {
+	lk := kindByName("coordhost")
+	lk.name = "coordhost lock (reference)"
+	lk.note = "section 5 only: the `coordhost` row's lock, run on the Redis 8 server next to the lease for reference"
+	return []kind{
+		{
+			name: "coordhost lease", blocking: true, countsOnClient: true,
+			scriptCmds: []string{"hget", "pttl", "hpttl", "hset", "hpexpire", "hdel", "publish"},
+			note:       "section 5 only: `lease.New(client, lease.Options{})` on a default rueidis client; `Acquire(ctx, hashKey, \"" + leaseField + "\", ttl)` + `Lease.Release` (EVALSHA each); a first attempt runs on a fenced dedicated connection (pooled; CLIENT INFO when a new one is opened), waiting attempts on the tracking connection, which tracks the whole hash; waiters also wake at the field's HPTTL",
+			new:        newLease,
+		},
+		lk,
 	}
 }
 
@@ -120,22 +155,51 @@ func kindByName(name string) kind {
 
 // ---- coordhost ----
 
+// coordhostMode is which coordhost acquire a row measures.
+type coordhostMode int
+
+const (
+	coordhostPlain        coordhostMode = iota // TryAcquire/Acquire, Fencing off
+	coordhostFencing                           // TryAcquire/Acquire, Options.Fencing
+	coordhostNamedCounter                      // TryAcquireFenced/AcquireFenced, caller-named counter
+)
+
 type coordhostImpl struct {
 	client rueidis.Client
 	locker *lock.Locker
+	mode   coordhostMode
 }
 
-func newCoordhost(c implConfig, fencing bool) (impl, error) {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+// newClient is a default rueidis client, wrapped to count commands when
+// c.count is set.
+func newClient(c implConfig) (client, inner rueidis.Client, err error) {
+	inner, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.count != nil {
+		return countingClient{Client: inner, n: c.count}, inner, nil
+	}
+	return inner, inner, nil
+}
+
+func newCoordhost(c implConfig, mode coordhostMode) (impl, error) {
+	client, inner, err := newClient(c)
 	if err != nil {
 		return nil, err
 	}
-	l, err := lock.New(client, lock.Options{Fencing: fencing})
+	l, err := lock.New(client, lock.Options{Fencing: mode == coordhostFencing})
 	if err != nil {
-		client.Close()
+		inner.Close()
 		return nil, err
 	}
-	return &coordhostImpl{client: client, locker: l}, nil
+	return &coordhostImpl{client: inner, locker: l, mode: mode}, nil
+}
+
+// fencedKeys are the lease and counter keys TryAcquireFenced gets for key:
+// one hash tag, so one cluster slot.
+func fencedKeys(key string) (lease, counter string) {
+	return "{" + key + "}:lease", "{" + key + "}:fence"
 }
 
 type coordhostHeld struct{ l *lock.Lock }
@@ -152,7 +216,14 @@ func (h coordhostHeld) Release(ctx context.Context) error {
 }
 
 func (i *coordhostImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
-	l, err := i.locker.TryAcquire(ctx, key, ttl)
+	var l *lock.Lock
+	var err error
+	if i.mode == coordhostNamedCounter {
+		lk, ctr := fencedKeys(key)
+		l, err = i.locker.TryAcquireFenced(ctx, lk, ctr, ttl)
+	} else {
+		l, err = i.locker.TryAcquire(ctx, key, ttl)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +231,14 @@ func (i *coordhostImpl) TryLock(ctx context.Context, key string, ttl time.Durati
 }
 
 func (i *coordhostImpl) Lock(ctx context.Context, key string, ttl time.Duration) (held, error) {
-	l, err := i.locker.Acquire(ctx, key, ttl)
+	var l *lock.Lock
+	var err error
+	if i.mode == coordhostNamedCounter {
+		lk, ctr := fencedKeys(key)
+		l, err = i.locker.AcquireFenced(ctx, lk, ctr, ttl)
+	} else {
+		l, err = i.locker.Acquire(ctx, key, ttl)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -366,3 +444,58 @@ func (i *rawImpl) Lock(context.Context, string, time.Duration) (held, error) {
 }
 
 func (i *rawImpl) Close() { i.client.Close() }
+
+// ---- coordhost hash-field lease (section 5) ----
+
+type leaseImpl struct {
+	client rueidis.Client
+	leases *lease.Leases
+}
+
+func newLease(c implConfig) (impl, error) {
+	client, inner, err := newClient(c)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := lease.New(client, lease.Options{})
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	return &leaseImpl{client: inner, leases: ls}, nil
+}
+
+type leaseHeld struct{ l *lease.Lease }
+
+func (h leaseHeld) Release(ctx context.Context) error {
+	r, err := h.l.Release(ctx)
+	if err != nil {
+		return err
+	}
+	if r != primitives.Released {
+		return fmt.Errorf("release: %v", r)
+	}
+	return nil
+}
+
+// TryLock takes field leaseField of the hash key.
+func (i *leaseImpl) TryLock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.leases.TryAcquire(ctx, key, leaseField, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return leaseHeld{l}, nil
+}
+
+func (i *leaseImpl) Lock(ctx context.Context, key string, ttl time.Duration) (held, error) {
+	l, err := i.leases.Acquire(ctx, key, leaseField, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return leaseHeld{l}, nil
+}
+
+func (i *leaseImpl) Close() {
+	_ = i.leases.Close()
+	i.client.Close()
+}

@@ -1,9 +1,11 @@
 // Command lockbench compares coordhost's lock with peer libraries
 // (bsm/redislock, redsync, rueidislock) and a raw rueidis baseline against
-// one Redis server it starts itself, in one run, and writes a Markdown
+// one Redis server it starts itself, in one run, measures coordhost's
+// hash-field lease on a second (Redis 8) server, and writes a Markdown
 // report. See bench/README.md.
 //
-// Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH):
+// Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
+// and $COORDHOST_REDIS8_SERVER for section 5):
 //
 //	go run ./cmd/lockbench -out RESULTS.md
 package main
@@ -16,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -35,7 +38,10 @@ type options struct {
 	maxTimeouts  int
 	filler       int
 	sections     string
-	statsWaiters int // the waiter count the commands-per-release target is judged at
+	statsWaiters int   // the waiter count the commands-per-release target is judged at
+	leaseWaiters []int // section 5
+	prev         string
+	prevLabel    string
 }
 
 func main() {
@@ -52,46 +58,91 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "123", "sections to run: 1 throughput, 2 handoff latency + commands per release, 3 crash handoff")
+	flag.StringVar(&o.sections, "sections", "1235", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8")
+	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
+	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
 	flag.Parse()
 	o.concs = []int{1, 8, 64}
 	o.waiters = []int{1, 10, 100}
 	o.statsWaiters = 100
+	o.leaseWaiters = []int{1, 100}
 	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 {
 		fatalf("-reps, -handoffs and -crash-reps must be positive")
 	}
-
-	start := time.Now()
-	srv, err := startServer()
+	var prev *prevResults
+	if o.prev != "" {
+		p, err := readPrev(o.prev)
+		if err != nil {
+			fatalf("-prev: %v", err)
+		}
+		prev = p
+	}
+	bin7, err := redis7Binary()
 	if err != nil {
 		fatalf("%v", err)
 	}
-	cleanup = srv.stop
+	var bin8 string
+	if strings.Contains(o.sections, "5") {
+		if bin8, err = redis8Binary(); err != nil {
+			fatalf("%v", err)
+		}
+	}
+
+	start := time.Now()
+	srv, err := startServer(bin7)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	var servers = []*server{srv}
+	var serversMu sync.Mutex
+	stopAll := func() {
+		serversMu.Lock()
+		defer serversMu.Unlock()
+		for _, s := range servers {
+			s.stop()
+		}
+	}
+	cleanup = stopAll
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		s := <-sigc
-		srv.stop()
-		fmt.Fprintf(os.Stderr, "lockbench: %v: server stopped\n", s)
+		stopAll()
+		fmt.Fprintf(os.Stderr, "lockbench: %v: servers stopped\n", s)
 		os.Exit(130)
 	}()
 	logf("redis %s (%s) on %s; GOMAXPROCS=%d", srv.version, srv.bin, srv.addr, runtime.GOMAXPROCS(0))
 
-	rep := &report{opts: o, start: start, server: srv}
+	rep := &report{opts: o, start: start, server: srv, prev: prev}
 	if strings.Contains(o.sections, "1") {
 		srv.mustDo("FLUSHALL")
 		rep.throughput = sectionThroughput(srv, o)
 	}
 	if strings.Contains(o.sections, "2") {
 		srv.mustDo("FLUSHALL")
-		rep.handoff = sectionHandoff(srv, o)
+		rep.handoff = sectionHandoff(srv, o, kinds(), o.waiters, "2")
 	}
 	if strings.Contains(o.sections, "3") {
 		srv.mustDo("FLUSHALL")
 		rep.crash = sectionCrash(srv, o)
 	}
+	if strings.Contains(o.sections, "5") {
+		// A second server, started only now so that it sits idle through
+		// nothing else; the Redis 7 one stays up (idle) meanwhile.
+		srv8, err := startServer(bin8)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		serversMu.Lock()
+		servers = append(servers, srv8)
+		serversMu.Unlock()
+		logf("redis %s (%s) on %s for section 5", srv8.version, srv8.bin, srv8.addr)
+		rep.server8 = srv8
+		rep.lease = sectionHandoff(srv8, o, leaseKinds(), o.leaseWaiters, "5")
+		srv8.stop()
+	}
 	rep.elapsed = time.Since(start)
-	srv.stop()
+	stopAll()
 	cleanup = nil
 
 	md := rep.markdown()
@@ -166,34 +217,49 @@ type hoKey struct {
 type hoResult struct {
 	chain chainResult
 	stats map[string]int64 // INFO commandstats over the measured window
+	// sent: the commands the implementation sent over the same window,
+	// counted on its client (kinds with countsOnClient only).
+	sent map[string]int64
 }
 
-func sectionHandoff(srv *server, o options) map[hoKey]*hoResult {
+// sectionHandoff runs the handoff chains of ks (blocking kinds only) on srv
+// for each waiter count; section is "2" or "5" (keys and progress lines).
+func sectionHandoff(srv *server, o options, ks []kind, waiters []int, section string) map[hoKey]*hoResult {
 	res := map[hoKey]*hoResult{}
-	for _, w := range o.waiters {
-		for _, k := range kinds() {
+	for _, w := range waiters {
+		for _, k := range ks {
 			if !k.blocking {
 				continue
 			}
-			im, err := k.new(implConfig{addr: srv.addr, ttl: handoffTTL})
+			var counter *cmdCounter
+			if k.countsOnClient {
+				counter = newCmdCounter()
+			}
+			im, err := k.new(implConfig{addr: srv.addr, ttl: handoffTTL, count: counter})
 			if err != nil {
 				fatalf("%s: %v", k.name, err)
 			}
 			r := &hoResult{}
 			var statsErr error
 			r.chain = runChain(im, chainConfig{
-				key:     fmt.Sprintf("bench:handoff:%s:%d", k.name, w),
+				key:     fmt.Sprintf("bench:handoff%s:%s:%d", section, k.name, w),
 				waiters: w,
 				warm:    o.handoffWarm,
 				n:       o.handoffs,
 				hold:    o.hold,
 				limit:   o.chainLimit,
 				atStart: func() {
+					if counter != nil {
+						counter.reset()
+					}
 					if _, err := srv.do("CONFIG", "RESETSTAT"); err != nil {
 						statsErr = err
 					}
 				},
 				atEnd: func() {
+					if counter != nil {
+						r.sent = counter.snapshot()
+					}
 					stats, err := srv.commandStats()
 					if err != nil {
 						statsErr = err
@@ -207,7 +273,12 @@ func sectionHandoff(srv *server, o options) map[hoKey]*hoResult {
 			}
 			res[hoKey{k.name, w}] = r
 			p50, p99, mx := pct(r.chain.lats, 50), pct(r.chain.lats, 99), pct(r.chain.lats, 100)
-			logf("2 waiters %3d %-14s handoffs %d p50 %v p99 %v max %v errors %d timedOut %v", w, k.name, len(r.chain.lats), p50, p99, mx, r.chain.errs, r.chain.timedOut)
+			logf("%s waiters %3d %-14s handoffs %d p50 %v p99 %v max %v errors %d timedOut %v", section, w, k.name, len(r.chain.lats), p50, p99, mx, r.chain.errs, r.chain.timedOut)
+			if r.stats != nil && r.sent != nil {
+				// Cross-check of the client-side count against the server's.
+				c := countCmds(r.stats, r.sent, k, o.handoffs)
+				logf("%s waiters %3d %-14s per release: client-sent %.2f (counted on the client), server all calls %.2f, server all minus script-internal %.2f", section, w, k.name, c.client, c.all, c.serverClient)
+			}
 		}
 	}
 	return res

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -19,6 +20,10 @@ type report struct {
 	throughput map[tpKey]*tpResult
 	handoff    map[hoKey]*hoResult
 	crash      map[crKey]*crashResult
+
+	server8 *server             // section 5's Redis 8 server
+	lease   map[hoKey]*hoResult // section 5
+	prev    *prevResults        // -prev
 }
 
 // adminCmds are the benchmark's own commands, left out of the counts.
@@ -28,10 +33,17 @@ var adminCmds = map[string]bool{"info": true, "config|resetstat": true}
 // per release (n handoffs).
 type cmdCounts struct {
 	all, client float64
-	breakdown   string
+	// serverClient is all calls minus the script-internal ones: the
+	// client-sent count when the implementation sends none of its scripts'
+	// commands directly (equal to client then).
+	serverClient float64
+	breakdown    string
 }
 
-func countCmds(stats map[string]int64, k kind, n int) cmdCounts {
+// countCmds: stats is INFO commandstats over the window; sent, when not
+// nil, is what the implementation's client sent over the same window, and
+// is then the client-sent count.
+func countCmds(stats, sent map[string]int64, k kind, n int) cmdCounts {
 	inner := map[string]bool{}
 	for _, c := range k.scriptCmds {
 		inner[c] = true
@@ -68,8 +80,31 @@ func countCmds(stats map[string]int64, k kind, n int) cmdCounts {
 			mark = "*"
 		}
 		fmt.Fprintf(&b, "%s%s %.2f", p.name, mark, float64(p.n)/float64(n))
+		if inner[p.name] && sent[p.name] > 0 {
+			fmt.Fprintf(&b, " (%.2f sent directly)", float64(sent[p.name])/float64(n))
+		}
 	}
-	return cmdCounts{all: float64(all) / float64(n), client: float64(client) / float64(n), breakdown: b.String()}
+	c := cmdCounts{all: float64(all) / float64(n), client: float64(client) / float64(n), serverClient: float64(client) / float64(n), breakdown: b.String()}
+	if sent != nil {
+		var s int64
+		for _, v := range sent {
+			s += v
+		}
+		c.client = float64(s) / float64(n)
+	}
+	return c
+}
+
+// overlap lists the commands k's scripts call that its client also sent
+// directly in the window.
+func overlap(sent map[string]int64, k kind) []string {
+	var out []string
+	for _, c := range k.scriptCmds {
+		if sent[c] > 0 {
+			out = append(out, strings.ToUpper(c))
+		}
+	}
+	return out
 }
 
 func (r *report) markdown() string {
@@ -84,6 +119,9 @@ func (r *report) markdown() string {
 	w("| Go | %s %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	w("| GOMAXPROCS / CPUs | %d / %d |\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
 	w("| Redis | %s (`%s`), one server on 127.0.0.1 started by the program, `--save '' --appendonly no`; Go program and server share the CPUs |\n", r.server.version, r.server.bin)
+	if r.server8 != nil {
+		w("| Redis, section 5 | %s (`%s`), a second server started the same way for section 5 only (hash-field expiry needs ≥ 7.4); the first one idles meanwhile |\n", r.server8.version, r.server8.bin)
+	}
 	w("| repetitions | throughput: %d × %v after %v warm-up per cell, median; handoff: %d handoffs per configuration after %d discarded; crash: %d per configuration |\n",
 		o.reps, o.dur, o.warm, o.handoffs, o.handoffWarm, o.crashReps)
 	w("| libraries | %s |\n", depVersions())
@@ -102,8 +140,11 @@ func (r *report) markdown() string {
 	if r.handoff != nil {
 		r.sectionCommands(w)
 	}
+	if r.lease != nil {
+		r.sectionLease(w)
+	}
 	w("## Implementations\n\n")
-	for _, k := range kinds() {
+	for _, k := range append(kinds(), leaseKinds()...) {
 		w("- **%s**: %s.\n", k.name, k.note)
 	}
 	return b.String()
@@ -121,19 +162,25 @@ func (r *report) targets(w func(string, ...any)) {
 	w("A throughput target passes only if both the ratio of the medians and the median of the same-repetition ratios meet it (the machine's load drifts; pairs measured seconds apart cancel most of it). Crash handoff: every repetition must meet it.\n\n")
 	w("| target | measured | verdict |\n|---|---|---|\n")
 	if r.throughput != nil {
-		c := r.tpMedian("coordhost", 64)
-		for _, peer := range []struct {
-			name string
-			want float64
-		}{{"raw rueidis", 0.9}, {"bsm/redislock", 2}, {"redsync", 2}} {
-			p := r.tpMedian(peer.name, 64)
+		for _, t := range []struct {
+			kind, peer string
+			conc       int
+			want       float64
+		}{
+			{"coordhost", "raw rueidis", 64, 0.9},
+			{"coordhost", "bsm/redislock", 64, 2},
+			{"coordhost", "redsync", 64, 2},
+			{"coordhost TryAcquireFenced", "raw rueidis", 1, 0.8},
+			{"coordhost TryAcquireFenced", "raw rueidis", 64, 0.8},
+		} {
+			c, p := r.tpMedian(t.kind, t.conc), r.tpMedian(t.peer, t.conc)
 			ratio := 0.0
 			if p > 0 {
 				ratio = c / p
 			}
-			paired, pmed := r.pairedRatios("coordhost", peer.name, 64)
-			w("| 64 goroutines: coordhost ≥ %.1f× %s | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
-				peer.want, peer.name, num(c), num(p), ratio, paired, verdict(p > 0 && ratio >= peer.want && pmed >= peer.want))
+			paired, pmed := r.pairedRatios(t.kind, t.peer, t.conc)
+			w("| %d goroutine%s: %s ≥ %.1f× %s | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
+				t.conc, plural(t.conc), t.kind, t.want, t.peer, num(c), num(p), ratio, paired, verdict(p > 0 && ratio >= t.want && pmed >= t.want))
 		}
 	}
 	if r.handoff != nil {
@@ -163,7 +210,7 @@ func (r *report) targets(w func(string, ...any)) {
 	if r.handoff != nil {
 		h := r.handoff[hoKey{"coordhost", r.opts.statsWaiters}]
 		if h != nil && h.stats != nil && !h.chain.timedOut {
-			c := countCmds(h.stats, kindByName("coordhost"), r.opts.handoffs)
+			c := countCmds(h.stats, h.sent, kindByName("coordhost"), r.opts.handoffs)
 			w("| ≤ 5 commands per release with %d local waiters (coordhost, client-sent) | %.2f client-sent (%.2f all calls incl. inside scripts) | %s |\n",
 				r.opts.statsWaiters, c.client, c.all, verdict(c.client <= 5))
 			w("| same, counting every call inside scripts too (stricter reading) | %.2f | %s |\n", c.all, verdict(c.all <= 5))
@@ -205,6 +252,7 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 	o := r.opts
 	w("## 1. Uncontended acquire + release\n\n")
 	w("Cycles/s (one cycle = one non-waiting acquire + one release), N goroutines each on its own key, all on one client per implementation. Median of %d × %v; ratio vs the raw rueidis baseline; [min–max] over the repetitions.\n\n", o.reps, o.dur)
+	w("Since commit ffcbb96, `coordhost` (Fencing off) sends a plain `SET NX PX` as the first attempt of an acquire and runs its acquire script only on contention, so in this uncontended loop it sends the same commands as raw rueidis. `raw rueidis, Lua acquire` keeps the script-first shape every coordhost acquire had before (results from before the change: `git show d5f3721:bench/RESULTS.md`). Both fenced rows still run the script on every acquire.\n\n")
 	w("| implementation |")
 	for _, c := range o.concs {
 		w(" %d goroutine%s |", c, plural(c))
@@ -276,6 +324,9 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 		w("No cycle failed.\n")
 	}
 	w("\n")
+	if r.prev != nil {
+		r.sectionPrev(w)
+	}
 }
 
 func (r *report) sectionHandoff(w func(string, ...any)) {
@@ -349,7 +400,7 @@ func (r *report) sectionCommands(w func(string, ...any)) {
 				w(" – (timed out) |")
 				continue
 			}
-			c := countCmds(h.stats, k, o.handoffs)
+			c := countCmds(h.stats, h.sent, k, o.handoffs)
 			w(" %.2f (%.2f) |", c.client, c.all)
 			if n == o.statsWaiters {
 				breakdown = c.breakdown
@@ -358,13 +409,34 @@ func (r *report) sectionCommands(w func(string, ...any)) {
 		w(" %s |\n", breakdown)
 	}
 	w("\nScript-internal commands per implementation (from their Lua): ")
-	var parts []string
+	var parts, notes []string
 	for _, k := range kinds() {
-		if k.blocking {
-			parts = append(parts, fmt.Sprintf("%s: %s", k.name, strings.Join(k.scriptCmds, ", ")))
+		if !k.blocking {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s", k.name, strings.Join(k.scriptCmds, ", ")))
+		if k.countsOnClient {
+			notes = append(notes, r.clientCountNote(k, r.handoff[hoKey{k.name, o.statsWaiters}]))
 		}
 	}
-	w("%s. None of them is also sent directly by the same implementation, so the split is exact.\n\n", strings.Join(parts, "; "))
+	w("%s.\n\n", strings.Join(parts, "; "))
+	for _, n := range notes {
+		w("%s ", n)
+	}
+	w("The other implementations send none of their scripts' commands directly, so for them all calls minus the script-internal ones is exactly what the client sent.\n\n")
+}
+
+// clientCountNote explains a kind whose client-sent figure is counted on
+// its client, from what that client sent at the statsWaiters run.
+func (r *report) clientCountNote(k kind, h *hoResult) string {
+	how := "a wrapper around its rueidis client counts every command sent through it and through the connections it dedicates for waiting, over the same window as the server's counts"
+	if h == nil || h.sent == nil {
+		return fmt.Sprintf("%s: client-sent is counted on the client (%s).", k.name, how)
+	}
+	if ov := overlap(h.sent, k); len(ov) > 0 {
+		return fmt.Sprintf("%s sends %s directly as well as inside its scripts (the first attempt of an unfenced lock acquire is a plain `SET NX PX`; the acquire script runs only on contention), so subtracting the script-internal commands from the server's counts would undercount: its client-sent figure is counted on the client instead (%s), and the breakdown shows how many of a starred command were sent directly.", k.name, strings.Join(ov, ", "), how)
+	}
+	return fmt.Sprintf("%s: client-sent is counted on the client (%s); it sent none of its scripts' commands directly in the window.", k.name, how)
 }
 
 func (r *report) sectionCrash(w func(string, ...any)) {
@@ -461,4 +533,105 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+func (r *report) sectionLease(w func(string, ...any)) {
+	o := r.opts
+	w("## 5. Hash-field lease handoff (Redis %s)\n\n", r.server8.version)
+	w("coordhost's `primitives/lease` on the Redis 8 server: one hash, one field (`%s`), 1 holder + W waiting goroutines in one process sharing one `lease.Leases` on one client, `Acquire(ctx, hash, %q, %v)` + `Lease.Release`. The chain is section 2's: each new holder records the time, holds %v, notes the time just before calling Release, releases, then queues up again once someone else got the field; latency = from just before Release to the moment the next waiting Acquire returned. %d handoffs per cell after %d discarded. The `coordhost` lock runs the same chain on the same server as a reference (its section-2 numbers are on Redis %s). Cells: p50 / p99 (max).\n\n",
+		leaseField, leaseField, handoffTTL, o.hold, o.handoffs, o.handoffWarm, r.server.version)
+	w("| implementation |")
+	for _, n := range o.leaseWaiters {
+		w(" %d waiter%s |", n, plural(n))
+	}
+	w("\n|---|")
+	for range o.leaseWaiters {
+		w("---:|")
+	}
+	w("\n")
+	var notes []string
+	for _, k := range leaseKinds() {
+		w("| %s |", k.name)
+		for _, n := range o.leaseWaiters {
+			h := r.lease[hoKey{k.name, n}]
+			if h == nil {
+				w(" – |")
+				continue
+			}
+			l := h.chain.lats
+			cell := fmt.Sprintf("%s / %s (%s)", dur(pct(l, 50)), dur(pct(l, 99)), dur(pct(l, 100)))
+			if h.chain.timedOut {
+				cell += fmt.Sprintf(" **timed out after %v: %d handoffs**", o.chainLimit, len(l))
+			}
+			w(" %s |", cell)
+			if h.chain.errs > 0 {
+				notes = append(notes, fmt.Sprintf("%s, %d waiters: %d failed acquires/releases, first: %v", k.name, n, h.chain.errs, h.chain.firstErr))
+			}
+		}
+		w("\n")
+	}
+	w("\n")
+	for _, n := range notes {
+		w("- errors: %s\n", n)
+	}
+	if len(notes) > 0 {
+		w("\n")
+	}
+
+	w("Commands per release, measured in the same runs as section 4 does (`CONFIG RESETSTAT` on the Redis 8 server while the holder that completed handoff %d holds the field, `INFO commandstats` while the one that completed handoff %d does: %d complete chain cycles). *Client-sent* is counted on the client (a wrapper around the rueidis client counts every command sent through it and through the connections it dedicates); *all calls* is the server's count including the commands scripts call inside Redis; *server: all − script-internal* is the server-side estimate section 4 uses for the peers, as a cross-check of the client count.\n\n",
+		o.handoffWarm, o.handoffWarm+o.handoffs, o.handoffs)
+	w("| implementation |")
+	for _, n := range o.leaseWaiters {
+		w(" %d waiter%s: client-sent (all calls) [server: all − script-internal] |", n, plural(n))
+	}
+	last := o.leaseWaiters[len(o.leaseWaiters)-1]
+	w(" sent by the client at %d waiters | all calls at %d waiters (* = inside scripts) |\n|---|", last, last)
+	for range o.leaseWaiters {
+		w("---:|")
+	}
+	w("---|---|\n")
+	for _, k := range leaseKinds() {
+		w("| %s |", k.name)
+		var sent, breakdown string
+		for _, n := range o.leaseWaiters {
+			h := r.lease[hoKey{k.name, n}]
+			if h == nil || h.stats == nil {
+				w(" – (timed out) |")
+				continue
+			}
+			c := countCmds(h.stats, h.sent, k, o.handoffs)
+			w(" %.2f (%.2f) [%.2f] |", c.client, c.all, c.serverClient)
+			if n == last {
+				sent, breakdown = perRelease(h.sent, o.handoffs), c.breakdown
+			}
+		}
+		w(" %s | %s |\n", sent, breakdown)
+	}
+	w("\nScript-internal commands (from the Lua): ")
+	var parts []string
+	for _, k := range leaseKinds() {
+		parts = append(parts, fmt.Sprintf("%s: %s", k.name, strings.Join(k.scriptCmds, ", ")))
+	}
+	w("%s. A chain cycle includes the previous holder's re-queueing attempt, which fails by design.\n\n", strings.Join(parts, "; "))
+}
+
+// perRelease formats counts by name, divided by n, largest first.
+func perRelease(m map[string]int64, n int) string {
+	if m == nil {
+		return "–"
+	}
+	names := slices.Collect(maps.Keys(m))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(m[b], m[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, name := range names {
+		if m[name] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(m[name])/float64(n)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -10,13 +10,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// server is the one redis-server this program starts and kills.
+// server is a redis-server this program starts and kills: the Redis 7
+// server for sections 1–3, and a Redis 8 server for section 5 only.
 //
 // internal/redistest would be the natural way to start it, but every
 // function there needs a testing.TB, which a main program cannot provide
@@ -31,10 +33,11 @@ type server struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	admin   rueidis.Client // RESP3, no client cache, no retries
+	once    sync.Once
 }
 
-// redisBinary is $COORDHOST_REDIS7_SERVER, else redis-server on PATH.
-func redisBinary() (string, error) {
+// redis7Binary is $COORDHOST_REDIS7_SERVER, else redis-server on PATH.
+func redis7Binary() (string, error) {
 	if b := os.Getenv("COORDHOST_REDIS7_SERVER"); b != "" {
 		return b, nil
 	}
@@ -45,11 +48,18 @@ func redisBinary() (string, error) {
 	return b, nil
 }
 
-func startServer() (*server, error) {
-	bin, err := redisBinary()
-	if err != nil {
-		return nil, err
+// redis8Binary is $COORDHOST_REDIS8_SERVER (section 5: hash-field leases
+// need Redis ≥ 7.4). No PATH fallback: the redis-server on PATH is the
+// Redis 7 one.
+func redis8Binary() (string, error) {
+	if b := os.Getenv("COORDHOST_REDIS8_SERVER"); b != "" {
+		return b, nil
 	}
+	return "", errors.New("$COORDHOST_REDIS8_SERVER is unset; section 5 needs it (run `make redis`, then `. ./.cache/redis-env.sh`), or leave 5 out of -sections")
+}
+
+// startServer starts bin on a free loopback port.
+func startServer(bin string) (*server, error) {
 	dir, err := os.MkdirTemp("", "lockbench-redis-")
 	if err != nil {
 		return nil, err
@@ -136,10 +146,13 @@ func (s *server) kill() {
 	<-s.done
 }
 
-// stop kills the server and removes its directory.
+// stop kills the server and removes its directory. Idempotent, so the
+// signal handler and main may both call it.
 func (s *server) stop() {
-	s.kill()
-	os.RemoveAll(s.dir)
+	s.once.Do(func() {
+		s.kill()
+		os.RemoveAll(s.dir)
+	})
 }
 
 // do sends an admin command and returns the reply as text.
