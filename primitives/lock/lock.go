@@ -172,7 +172,11 @@ func (l *Locker) Close() error {
 // Other errors: primitives.ErrInvalidKey, primitives.ErrInvalidTTL (nothing
 // sent), primitives.ErrWrongType, primitives.ErrCorruptCounter (nothing
 // written), ctx.Err(), or a transport error. When the reply is lost the
-// lock may have been granted; TryAcquire then releases it best effort.
+// lock may have been granted; TryAcquire then releases it with an owner
+// check, bounded by DefaultCloseTimeout (so the call can outlast ctx by that
+// much). A grant still in flight can land after that cleanup: the key then
+// stays held, by no handle, until its TTL runs out (and a fenced lock's
+// counter shows a gap). Hash-field leases fence that case; locks accept it.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	req, err := l.prepare(ctx, key, ttl)
 	if err != nil {

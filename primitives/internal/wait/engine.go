@@ -285,7 +285,6 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 				return err
 			}
 		}
-		first = false
 
 		conn, err := e.connFor(ctx, q)
 		if err != nil {
@@ -308,8 +307,15 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 		e.mu.Lock()
 		e.stats.Attempts++
 		e.mu.Unlock()
+		recheck := first && req.Attempts > 0
+		first = false
 		out, err := attempt(ctx, c)
-		attempts++
+		if !recheck {
+			// The re-check right after joining (it registers interest) is
+			// part of the caller's failed attempt, not a new one for the
+			// policy to count.
+			attempts++
+		}
 		if err == nil && out.Acquired {
 			return nil
 		}
