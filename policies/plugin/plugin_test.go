@@ -1,0 +1,640 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordhost/coordhost/plugins/sdk"
+	"github.com/coordhost/coordhost/policies"
+)
+
+// launch starts bin with test defaults (quiet logs, fast restarts, health
+// pings rare enough that tests see process exits through the supervisor's
+// exit watch or failed calls) and closes it at the end of the test.
+func launch(t *testing.T, bin pluginBin, mod func(*Options)) *Plugin {
+	t.Helper()
+	o := Options{
+		Path:              bin.path,
+		SHA256:            bin.sum,
+		Logger:            testLogger(),
+		HealthInterval:    time.Hour,
+		RestartBackoff:    10 * time.Millisecond,
+		RestartBackoffMax: 100 * time.Millisecond,
+		// Generous: the race detector slows the host down.
+		CallTimeout: 2 * time.Second,
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := Launch(ctx, o)
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// eventually polls cond every 5ms for up to 20s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func processGone(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH)
+}
+
+func TestHandshakeAndKinds(t *testing.T) {
+	p := launch(t, examplePlugin(t), nil)
+	if got, want := p.Kinds(), []policies.Kind{policies.KindPartition, policies.KindRetry}; !slices.Equal(got, want) {
+		t.Fatalf("Kinds = %v, want %v", got, want)
+	}
+	if p.Name() != filepath.Base(examplePlugin(t).path) {
+		t.Errorf("Name = %q", p.Name())
+	}
+	if _, err := p.Retry(); err != nil {
+		t.Errorf("Retry: %v", err)
+	}
+	if _, err := p.Partition(); err != nil {
+		t.Errorf("Partition: %v", err)
+	}
+	if _, err := p.Starvation(); !errors.Is(err, ErrKindNotServed) {
+		t.Errorf("Starvation: err = %v, want ErrKindNotServed", err)
+	}
+	st := p.Stats()
+	if !st.Up || st.PID <= 0 {
+		t.Fatalf("Stats = %+v, want up with a pid", st)
+	}
+	if err := p.SelfTest(context.Background()); err != nil {
+		t.Fatalf("SelfTest: %v", err)
+	}
+	rs, err := p.remoteStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(rs.GetPid()) != st.PID || rs.GetConfigureCalls() != 1 {
+		t.Fatalf("plugin stats %v, want pid %d and one Configure", rs, st.PID)
+	}
+
+	all := launch(t, allKindsPlugin(t), nil)
+	if got, want := all.Kinds(), []policies.Kind{policies.KindPartition, policies.KindRetry, policies.KindStarvation}; !slices.Equal(got, want) {
+		t.Fatalf("Kinds = %v, want %v", got, want)
+	}
+	if err := all.SelfTest(context.Background()); err != nil {
+		t.Fatalf("SelfTest: %v", err)
+	}
+}
+
+func TestHandshakeMismatchRefused(t *testing.T) {
+	// An executable that is not a plugin: it prints a handshake line of
+	// another application protocol version and sleeps.
+	dir := t.TempDir()
+	script := filepath.Join(dir, "other-protocol")
+	writeExec(t, script, "#!/bin/sh\necho '1|99|unix|/nonexistent|grpc|'\nexec sleep 30\n")
+	sum, err := fileSHA256(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Launch(context.Background(), Options{Path: script, SHA256: sum, Logger: testLogger()})
+	if err == nil || !strings.Contains(err.Error(), "version") {
+		t.Fatalf("Launch of a protocol-99 plugin: err = %v, want a version mismatch", err)
+	}
+}
+
+func writeExec(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSHA256MismatchNeverStarts(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "started")
+	script := filepath.Join(dir, "plugin.sh")
+	writeExec(t, script, "#!/bin/sh\ntouch '"+marker+"'\nexec sleep 30\n")
+	wrong := strings.Repeat("ab", 32)
+	_, err := Launch(context.Background(), Options{Path: script, SHA256: wrong, Logger: testLogger()})
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("err = %v, want ErrChecksum", err)
+	}
+	if !strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), script) {
+		t.Errorf("error %q should name the path and the configured sum", err)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the executable was started (marker: %v)", err)
+	}
+
+	// The real example with someone else's sum: refused the same way.
+	bin := examplePlugin(t)
+	_, err = Launch(context.Background(), Options{Path: bin.path, SHA256: wrong, Logger: testLogger()})
+	if !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), bin.sum) {
+		t.Fatalf("err = %v, want ErrChecksum naming the actual sum %s", err, bin.sum)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	bin := examplePlugin(t)
+	for name, o := range map[string]Options{
+		"no path":        {SHA256: bin.sum},
+		"no sha256":      {Path: bin.path},
+		"short sha256":   {Path: bin.path, SHA256: "abcd"},
+		"non-hex sha256": {Path: bin.path, SHA256: strings.Repeat("zz", 32)},
+		"negative call":  {Path: bin.path, SHA256: bin.sum, CallTimeout: -1},
+		"backoff order":  {Path: bin.path, SHA256: bin.sum, RestartBackoff: time.Second, RestartBackoffMax: time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o.Logger = testLogger()
+			if _, err := Launch(context.Background(), o); !errors.Is(err, ErrInvalidOptions) {
+				t.Fatalf("err = %v, want ErrInvalidOptions", err)
+			}
+		})
+	}
+}
+
+func TestLaunchFailures(t *testing.T) {
+	bin := examplePlugin(t)
+	t.Run("bad config", func(t *testing.T) {
+		_, err := Launch(context.Background(), Options{Path: bin.path, SHA256: bin.sum, Logger: testLogger(),
+			Config: []byte(`{"retry_delay_ms": 20, "no_such_field": 1}`)})
+		if err == nil || !strings.Contains(err.Error(), "configure") || !strings.Contains(err.Error(), "no_such_field") {
+			t.Fatalf("err = %v, want a configure error naming the field", err)
+		}
+	})
+	t.Run("cancelled ctx", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := Launch(ctx, Options{Path: bin.path, SHA256: bin.sum, Logger: testLogger()}); !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("ctx ends during handshake", func(t *testing.T) {
+		// Never completes the handshake; the ctx deadline kills it.
+		script := filepath.Join(t.TempDir(), "silent")
+		writeExec(t, script, "#!/bin/sh\nexec sleep 30\n")
+		sum, err := fileSHA256(script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err = Launch(ctx, Options{Path: script, SHA256: sum, Logger: testLogger()})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestEnvNotInherited(t *testing.T) {
+	t.Setenv("COORDHOST_TEST_SECRET", "hunter2")
+	p := launch(t, examplePlugin(t), nil)
+	rs, err := p.remoteStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := strings.Split(rs.GetInfo()["env"], ",")
+	t.Logf("plugin environment (names): %v", names)
+	if slices.Contains(names, "COORDHOST_TEST_SECRET") {
+		t.Fatal("the plugin sees the host's COORDHOST_TEST_SECRET")
+	}
+	// Exactly what go-plugin's handshake needs, nothing of the host's.
+	allowed := []string{sdk.MagicCookieKey, "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_UNIX_SOCKET_DIR"}
+	for _, n := range names {
+		if !slices.Contains(allowed, n) {
+			t.Errorf("plugin sees %s, which go-plugin does not need", n)
+		}
+	}
+	if !slices.Contains(names, sdk.MagicCookieKey) {
+		t.Errorf("plugin does not see the magic cookie %s", sdk.MagicCookieKey)
+	}
+}
+
+func TestDecisionsThroughPlugin(t *testing.T) {
+	p := launch(t, examplePlugin(t), func(o *Options) {
+		o.Config = []byte(`{"retry_delay_ms": 35, "give_up_after_ms": 1000}`)
+	})
+	retry, err := p.Retry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := retry.DecideRetry(policies.RetryRequest{Attempt: 1, Reason: policies.ReasonContended, HolderTTL: -1}),
+		(policies.RetryDecision{Action: policies.WaitForWake, Delay: 35 * time.Millisecond}); got != want {
+		t.Errorf("DecideRetry = %+v, want %+v", got, want)
+	}
+	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 9, Elapsed: 2 * time.Second}); got.Action != policies.GiveUp {
+		t.Errorf("DecideRetry after give_up_after = %+v, want give-up", got)
+	}
+
+	part, err := p.Partition()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := part.PartitionKey(policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme"}})
+	if err != nil || key != "tenant:acme" {
+		t.Fatalf("PartitionKey = %q, %v; want tenant:acme", key, err)
+	}
+	_, err = part.PartitionKey(policies.PartitionRequest{Kind: "rate_limit", Name: "checkout"})
+	if !errors.Is(err, policies.ErrPartition) || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "tenant") {
+		t.Fatalf("PartitionKey without tenant: err = %v, want a refusal wrapping ErrPartition", err)
+	}
+	st := p.Stats()
+	if st.Retry.Calls != 2 || st.Retry.Failures != 0 || st.Retry.Fallbacks != 0 || st.Partition.Refusals != 1 {
+		t.Errorf("Stats = %+v", st)
+	}
+
+	// A starvation policy and a retry policy answering nonsense.
+	all := launch(t, allKindsPlugin(t), func(o *Options) {
+		o.Config = []byte(`{"bound_ms": 7, "delay_ms": 15, "invalid": true}`)
+		o.FallbackRetry = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+			return policies.RetryDecision{Action: policies.RetryAfter, Delay: 3 * time.Millisecond}
+		})
+	})
+	starve, err := all.Starvation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := starve.WriterBound(policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: time.Millisecond}); got != 7*time.Millisecond {
+		t.Errorf("WriterBound = %v, want 7ms", got)
+	}
+	r2, _ := all.Retry()
+	if got := r2.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 3*time.Millisecond {
+		t.Errorf("DecideRetry with an invalid answer = %+v, want the fallback's", got)
+	}
+	if st := all.Stats(); st.Retry.Failures != 1 || st.Retry.Fallbacks != 1 {
+		t.Errorf("Stats.Retry = %+v, want one failure and one fallback", st.Retry)
+	}
+}
+
+func TestCallDeadlineFallsBack(t *testing.T) {
+	p := launch(t, allKindsPlugin(t), func(o *Options) {
+		o.Config = []byte(`{"sleep_ms": 2000}`)
+		o.CallTimeout = 20 * time.Millisecond
+		o.FallbackStarvation = policies.StarvationFunc(func(policies.StarvationRequest) time.Duration { return 42 })
+	})
+	retry, _ := p.Retry()
+	if got, want := retry.DecideRetry(policies.RetryRequest{Attempt: 1}),
+		(policies.RetryDecision{Action: policies.WaitForWake, Delay: DefaultFallbackRetryDelay}); got != want {
+		t.Errorf("DecideRetry past the deadline = %+v, want the default fallback %+v", got, want)
+	}
+	starve, _ := p.Starvation()
+	if got := starve.WriterBound(policies.StarvationRequest{}); got != 42 {
+		t.Errorf("WriterBound past the deadline = %v, want the fallback's 42", got)
+	}
+	part, _ := p.Partition()
+	if _, err := part.PartitionKey(policies.PartitionRequest{Name: "x"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("PartitionKey past the deadline: err = %v, want ErrPartition and ErrUnavailable", err)
+	}
+	st := p.Stats()
+	for _, ks := range []KindStats{st.Retry, st.Starvation, st.Partition} {
+		if ks.Calls != 1 || ks.Failures != 1 || ks.Fallbacks != 1 {
+			t.Errorf("kind stats %+v, want 1 call, 1 failure, 1 fallback", ks)
+		}
+	}
+}
+
+func TestPartitionCache(t *testing.T) {
+	p := launch(t, examplePlugin(t), nil)
+	part, _ := p.Partition()
+	calls := func() uint64 {
+		t.Helper()
+		rs, err := p.remoteStats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs.GetPartitionKeyCalls()
+	}
+	req := policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "eu"}}
+	for i := range 3 {
+		key, err := part.PartitionKey(req)
+		if err != nil || key != "tenant:acme" {
+			t.Fatalf("call %d: %q, %v", i, key, err)
+		}
+	}
+	if n := calls(); n != 1 {
+		t.Fatalf("plugin served %d PartitionKey calls for 3 identical requests, want 1", n)
+	}
+	// An equal request built in another order is the same cache entry.
+	same := policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"region": "eu", "tenant": "acme"}}
+	if _, err := part.PartitionKey(same); err != nil {
+		t.Fatal(err)
+	}
+	// Any difference reaches the plugin.
+	for _, r := range []policies.PartitionRequest{
+		{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme"}},
+		{Kind: "rate_limit", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "eu"}},
+		{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "us"}},
+	} {
+		if _, err := part.PartitionKey(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Refusals are not cached.
+	for range 2 {
+		if _, err := part.PartitionKey(policies.PartitionRequest{Name: "x"}); err == nil {
+			t.Fatal("no error without tenant")
+		}
+	}
+	if n := calls(); n != 6 {
+		t.Fatalf("plugin served %d PartitionKey calls, want 6", n)
+	}
+	st := p.Stats()
+	if st.CacheHits != 3 || st.CacheMisses != 6 || st.CacheLen != 4 {
+		t.Fatalf("cache stats hits=%d misses=%d len=%d, want 3, 6, 4", st.CacheHits, st.CacheMisses, st.CacheLen)
+	}
+
+	// Disabled cache: every call reaches the plugin.
+	nc := launch(t, examplePlugin(t), func(o *Options) { o.PartitionCacheSize = -1 })
+	part2, _ := nc.Partition()
+	for range 3 {
+		if _, err := part2.PartitionKey(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := nc.remoteStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.GetPartitionKeyCalls() != 3 {
+		t.Fatalf("uncached: plugin served %d calls, want 3", rs.GetPartitionKeyCalls())
+	}
+}
+
+// recorder is an Observer that counts.
+type recorder struct {
+	calls, fails, fallbacks, hits, misses, restarts, restartFails atomic.Uint64
+}
+
+func (r *recorder) ObserveCall(_ policies.Kind, _ time.Duration, err error) {
+	r.calls.Add(1)
+	if err != nil {
+		r.fails.Add(1)
+	}
+}
+func (r *recorder) ObserveFallback(policies.Kind) { r.fallbacks.Add(1) }
+func (r *recorder) ObserveCache(hit bool) {
+	if hit {
+		r.hits.Add(1)
+	} else {
+		r.misses.Add(1)
+	}
+}
+func (r *recorder) ObserveRestart(err error) {
+	if err == nil {
+		r.restarts.Add(1)
+	} else {
+		r.restartFails.Add(1)
+	}
+}
+
+func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
+	obs := &recorder{}
+	fallback := policies.RetryDecision{Action: policies.RetryAfter, Delay: 7 * time.Millisecond}
+	p := launch(t, examplePlugin(t), func(o *Options) {
+		o.FallbackRetry = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision { return fallback })
+		o.Observer = obs
+		// Long enough that the test sees the plugin down.
+		o.RestartBackoff = 300 * time.Millisecond
+		o.RestartBackoffMax = time.Second
+	})
+	retry, _ := p.Retry()
+	part, _ := p.Partition()
+	cached := policies.PartitionRequest{Name: "n", Attributes: map[string]string{"tenant": "cached"}}
+	if _, err := part.PartitionKey(cached); err != nil {
+		t.Fatal(err)
+	}
+	fromPlugin := policies.RetryDecision{Action: policies.WaitForWake, Delay: 20 * time.Millisecond}
+	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got != fromPlugin {
+		t.Fatalf("DecideRetry = %+v, want %+v", got, fromPlugin)
+	}
+	oldPID := p.Stats().PID
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Every decision from now on is the fallback's or the plugin's, never
+	// a wait; once the supervisor notices, it is the fallback's without a
+	// call.
+	eventually(t, "the fallback decision", func() bool {
+		return retry.DecideRetry(policies.RetryRequest{Attempt: 1}) == fallback
+	})
+	eventually(t, "the plugin to be marked down", func() bool { return !p.Stats().Up || p.Stats().PID != oldPID })
+	if !p.Stats().Up {
+		calls := p.Stats().Retry.Calls
+		if got := retry.DecideRetry(policies.RetryRequest{Attempt: 2}); got != fallback {
+			t.Errorf("DecideRetry while down = %+v, want the fallback", got)
+		}
+		if p.Stats().Retry.Calls != calls {
+			t.Error("a decision while down was sent to the plugin")
+		}
+		// Partition fails closed, except for keys already cached.
+		_, err := part.PartitionKey(policies.PartitionRequest{Name: "n", Attributes: map[string]string{"tenant": "new"}})
+		if !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrUnavailable) {
+			t.Errorf("PartitionKey while down: err = %v, want ErrPartition and ErrUnavailable", err)
+		}
+		if err := p.SelfTest(context.Background()); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("SelfTest while down: %v, want ErrUnavailable", err)
+		}
+	}
+	if key, err := part.PartitionKey(cached); err != nil || key != "tenant:cached" {
+		t.Errorf("cached PartitionKey after the kill = %q, %v", key, err)
+	}
+	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	if !processGone(oldPID) {
+		t.Errorf("old process %d still exists", oldPID)
+	}
+	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got != fromPlugin {
+		t.Fatalf("DecideRetry after restart = %+v, want the plugin's %+v", got, fromPlugin)
+	}
+	st := p.Stats()
+	if st.Restarts != 1 || st.Retry.Fallbacks == 0 {
+		t.Fatalf("Stats = %+v, want 1 restart and some fallbacks", st)
+	}
+	if obs.restarts.Load() != 1 || obs.fallbacks.Load() == 0 || obs.calls.Load() == 0 || obs.hits.Load() == 0 {
+		t.Fatalf("observer saw restarts=%d fallbacks=%d calls=%d hits=%d", obs.restarts.Load(), obs.fallbacks.Load(), obs.calls.Load(), obs.hits.Load())
+	}
+	rs, err := p.remoteStats(context.Background())
+	if err != nil || rs.GetConfigureCalls() != 1 {
+		t.Fatalf("restarted plugin not configured: %v, %v", rs, err)
+	}
+}
+
+func TestStarvationFallbackWhileDown(t *testing.T) {
+	p := launch(t, allKindsPlugin(t), func(o *Options) {
+		o.RestartBackoff = 200 * time.Millisecond
+		o.RestartBackoffMax = time.Second
+	})
+	starve, _ := p.Starvation()
+	if got := starve.WriterBound(policies.StarvationRequest{}); got != 5*time.Millisecond {
+		t.Fatalf("WriterBound = %v, want 5ms", got)
+	}
+	oldPID := p.Stats().PID
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The default fallback is strict writer preference.
+	eventually(t, "the fallback bound", func() bool { return starve.WriterBound(policies.StarvationRequest{}) == 0 })
+	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	if got := starve.WriterBound(policies.StarvationRequest{}); got != 5*time.Millisecond {
+		t.Fatalf("WriterBound after restart = %v, want 5ms", got)
+	}
+}
+
+func TestRestartBackoffUntilBinaryIsBack(t *testing.T) {
+	// A private copy, so the test can break and repair it.
+	src := examplePlugin(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plugin")
+	data, err := os.ReadFile(src.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeExec(t, path, string(data))
+	obs := &recorder{}
+	p := launch(t, pluginBin{path: path, sum: src.sum}, func(o *Options) {
+		o.Observer = obs
+		o.RestartBackoff = 5 * time.Millisecond
+		o.RestartBackoffMax = 40 * time.Millisecond
+	})
+	// Replace the executable with something else: restarts must refuse it.
+	if err := os.Rename(path, path+".good"); err != nil {
+		t.Fatal(err)
+	}
+	writeExec(t, path, "#!/bin/sh\nexit 3\n")
+	oldPID := p.Stats().PID
+	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "failed restarts", func() bool { return p.Stats().RestartFailures >= 4 })
+	if st := p.Stats(); st.Up || st.Restarts != 0 {
+		t.Fatalf("Stats = %+v: the replaced executable must not be started", st)
+	}
+	if err := os.Rename(path+".good", path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the restart", func() bool { return p.Stats().Up })
+	st := p.Stats()
+	if st.Restarts != 1 || st.PID == oldPID {
+		t.Fatalf("Stats = %+v, want one restart with a new pid", st)
+	}
+	if obs.restartFails.Load() != st.RestartFailures || obs.restarts.Load() != 1 {
+		t.Fatalf("observer restarts=%d failures=%d, stats %+v", obs.restarts.Load(), obs.restartFails.Load(), st)
+	}
+}
+
+func TestRestartDelay(t *testing.T) {
+	o := Options{RestartBackoff: 100 * time.Millisecond, RestartBackoffMax: time.Second}
+	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, w := range want {
+		if got := restartDelay(o, i); got != w*time.Millisecond {
+			t.Errorf("restartDelay(%d) = %v, want %v", i, got, w*time.Millisecond)
+		}
+	}
+	if got := restartDelay(o, 200); got != time.Second {
+		t.Errorf("restartDelay(200) = %v, want the cap", got)
+	}
+}
+
+func TestCloseLeavesNoProcess(t *testing.T) {
+	p := launch(t, examplePlugin(t), nil)
+	pid := p.Stats().PID
+	if processGone(pid) {
+		t.Fatalf("plugin process %d not running", pid)
+	}
+	retry, _ := p.Retry()
+	part, _ := p.Partition()
+	if _, err := part.PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !processGone(pid) {
+		t.Fatalf("plugin process %d survives Close", pid)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if st := p.Stats(); st.Up || st.PID != 0 || st.CacheLen != 0 {
+		t.Fatalf("Stats after Close = %+v", st)
+	}
+	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Action != policies.WaitForWake || got.Delay != DefaultFallbackRetryDelay {
+		t.Errorf("DecideRetry after Close = %+v, want the default fallback", got)
+	}
+	_, err := part.PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}})
+	if !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrClosed) {
+		t.Errorf("PartitionKey after Close: err = %v, want ErrPartition and ErrClosed", err)
+	}
+	if err := p.SelfTest(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("SelfTest after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseWhileRestarting(t *testing.T) {
+	p := launch(t, examplePlugin(t), func(o *Options) {
+		o.RestartBackoff = time.Hour
+		o.RestartBackoffMax = time.Hour
+	})
+	pid := p.Stats().PID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the plugin to be marked down", func() bool { return !p.Stats().Up })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWedgedPluginRestarted(t *testing.T) {
+	// A stopped process keeps its socket open but answers nothing: the
+	// health pings time out and the supervisor replaces it.
+	p := launch(t, examplePlugin(t), func(o *Options) {
+		o.HealthInterval = 20 * time.Millisecond
+		o.PingTimeout = 100 * time.Millisecond
+	})
+	oldPID := p.Stats().PID
+	if err := syscall.Kill(oldPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	if !processGone(oldPID) {
+		_ = syscall.Kill(oldPID, syscall.SIGKILL)
+		t.Fatalf("wedged process %d still exists", oldPID)
+	}
+	retry, _ := p.Retry()
+	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 20*time.Millisecond {
+		t.Fatalf("DecideRetry after restart = %+v", got)
+	}
+}
+
+func TestCloseWedgedPlugin(t *testing.T) {
+	p := launch(t, examplePlugin(t), nil)
+	pid := p.Stats().PID
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// go-plugin's graceful Shutdown cannot finish; Close kills it after
+	// closeGrace.
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !processGone(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("wedged process %d survives Close", pid)
+	}
+}
