@@ -23,7 +23,7 @@ test: redis lint depcheck
 test-short: redis
 	. ./$(REDIS_ENV) && $(GO) test -count=1 -short ./...
 
-run: build
+run: build plugin-example
 	bash scripts/demo.sh $(BIN)
 
 bench: redis
