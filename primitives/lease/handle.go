@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
@@ -55,27 +54,12 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, err // nothing sent
 	}
-	sent := time.Now()
-	if !l.state.CanRenew(sent) {
-		return false, nil
-	}
-	n, err := renewScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, ms}).AsInt64()
-	if err != nil {
-		l.state.Lost()
-		err = renewScript.Classify(err)
-		if script.IsUncertain(err) {
-			return false, fmt.Errorf("lease %q field %q: renew outcome unknown, handle closed: %w", l.key, l.field, err)
-		}
-		return false, mapScriptErr(l.key, err)
-	}
-	if n != 1 {
-		l.state.Lost()
-		return false, nil
-	}
-	l.state.Renewed(sent, ttl)
-	return true, nil
+	ok, err := l.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
+		return renewScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, ms}).AsInt64()
+	})
+	return ok, l.explain("renew", renewScript, err)
 }
 
 // Verify asks the server whether this handle still owns the field. A false
@@ -84,23 +68,13 @@ func (l *Lease) Verify(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	v, err := l.client.Do(ctx, l.client.B().Hget().Key(l.key).Field(l.field).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		l.state.Lost()
-		return false, nil
-	}
+	ok, err := l.state.Verify(ctx, l.token, func(ctx context.Context) (string, error) {
+		return l.client.Do(ctx, l.client.B().Hget().Key(l.key).Field(l.field).Build()).ToString()
+	})
 	if err != nil {
-		if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
-			l.state.Lost()
-			return false, nil
-		}
-		return false, fmt.Errorf("lease %q field %q: verify: %w", l.key, l.field, err)
+		err = fmt.Errorf("lease %q field %q: verify: %w", l.key, l.field, err)
 	}
-	if v != l.token {
-		l.state.Lost()
-		return false, nil
-	}
-	return true, nil
+	return ok, err
 }
 
 // Release deletes the field if this handle still owns it and announces the
@@ -112,18 +86,14 @@ func (l *Lease) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 		return primitives.AlreadyReleased, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, err // nothing sent
 	}
-	n, err := releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, l.channel}).AsInt64()
+	n, err := l.state.Release(ctx, func(ctx context.Context) (int64, error) {
+		return releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.field, l.token, l.channel}).AsInt64()
+	})
 	if err != nil {
-		l.state.Lost()
-		err = releaseScript.Classify(err)
-		if script.IsUncertain(err) {
-			return 0, fmt.Errorf("lease %q field %q: release outcome unknown: %w", l.key, l.field, err)
-		}
-		return 0, mapScriptErr(l.key, err)
+		return 0, l.explain("release", releaseScript, err)
 	}
-	l.state.Released()
 	switch n {
 	case 1:
 		return primitives.Released, nil
@@ -131,6 +101,18 @@ func (l *Lease) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 		return primitives.AlreadyReleased, nil
 	}
 	return primitives.NotOwned, nil
+}
+
+// explain annotates an error of op (see lock.Lock for the rules).
+func (l *Lease) explain(op string, sc *script.Script, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = sc.Classify(err)
+	if script.IsUncertain(err) {
+		return fmt.Errorf("lease %q field %q: %s outcome unknown, handle closed: %w", l.key, l.field, op, err)
+	}
+	return mapScriptErr(l.key, err)
 }
 
 // Close releases the lease best effort within DefaultCloseTimeout; it never

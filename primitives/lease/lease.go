@@ -157,7 +157,7 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 	}
 	start := time.Now()
 	l, holderTTL, err := ls.attempt(ctx, wait.Conn{}, req)
-	if err != nil && !retryable(ctx, err) {
+	if err != nil && !handle.Retryable(ctx, err) {
 		return nil, err
 	}
 	if l != nil {
@@ -173,7 +173,7 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 	}, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
 		l, holderTTL, err := ls.attempt(ctx, c, req)
 		if err != nil {
-			if retryable(ctx, err) {
+			if handle.Retryable(ctx, err) {
 				req.token = rand.Text()
 				return wait.Outcome{}, &wait.Retryable{Err: err}
 			}
@@ -238,11 +238,11 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 }
 
 func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
-	if ttl < time.Millisecond {
-		return 0, "", fmt.Errorf("%w: lease: ttl %v is below 1ms", primitives.ErrInvalidTTL, ttl)
+	d, ms, err := handle.Millis(ttl)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: lease: %w", primitives.ErrInvalidTTL, err)
 	}
-	ms := (ttl + time.Millisecond - 1) / time.Millisecond
-	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
+	return d, ms, nil
 }
 
 // checkServer probes once for HPEXPIRE/HPTTL; transport errors are not
@@ -288,7 +288,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 				return nil, 0, fmt.Errorf("lease %q: %w", r.key, ctx.Err())
 			}
 			// Nothing was sent yet: safe to retry.
-			return nil, 0, &uncertainError{key: r.key, err: err}
+			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "no connection, nothing sent", Err: err}
 		}
 		conn, id, laddr = fc, fc.ID, fc.LAddr
 	}
@@ -306,7 +306,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 			if ferr := ls.settle(ctx, r, id, laddr); ferr != nil {
 				return nil, 0, fmt.Errorf("lease %q field %q: acquire outcome unknown and could not be settled: %w (%w)", r.key, r.field, ferr, err)
 			}
-			return nil, 0, &uncertainError{key: r.key, err: err}
+			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "fenced and released", Err: err}
 		}
 		if fc != nil {
 			ls.fences.Put(fc)
@@ -330,7 +330,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 	st := handle.New(sent, r.ttl)
 	if st.Remaining() == 0 {
 		ls.release(ctx, r)
-		return nil, 0, &lateError{key: r.key}
+		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lease %q", r.key), NotAcquired: primitives.ErrNotAcquired}
 	}
 	return &Lease{client: ls.client, key: r.key, field: r.field, token: r.token, channel: r.channel, state: st}, 0, nil
 }
@@ -351,35 +351,6 @@ func (ls *Leases) release(ctx context.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
 	return releaseScript.Run(ctx, ls.client, []string{r.key}, []string{r.field, r.token, r.channel}).Error()
-}
-
-type uncertainError struct {
-	key string
-	err error
-}
-
-func (e *uncertainError) Error() string {
-	return fmt.Sprintf("lease %q: acquire outcome unknown (fenced and released): %v", e.key, e.err)
-}
-
-func (e *uncertainError) Unwrap() error { return e.err }
-
-type lateError struct{ key string }
-
-func (e *lateError) Error() string {
-	return fmt.Sprintf("lease %q: grant arrived after the lease ran out locally", e.key)
-}
-
-// Unwrap makes a late grant match primitives.ErrNotAcquired.
-func (e *lateError) Unwrap() error { return primitives.ErrNotAcquired }
-
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var late *lateError
-	var unknown *uncertainError
-	return errors.As(err, &late) || errors.As(err, &unknown)
 }
 
 func mapScriptErr(key string, err error) error {

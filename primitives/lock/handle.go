@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
@@ -59,28 +58,12 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, err // nothing sent
 	}
-	sent := time.Now()
-	if !l.state.CanRenew(sent) {
-		return false, nil
-	}
-	n, err := renewScript.Run(ctx, l.client, []string{l.key}, []string{l.token, ms}).AsInt64()
-	if err != nil {
-		err = renewScript.Classify(err)
-		if script.IsUncertain(err) {
-			l.state.Lost()
-			return false, fmt.Errorf("lock %q: renew outcome unknown, handle closed: %w", l.key, err)
-		}
-		l.state.Lost()
-		return false, mapScriptErr(l.key, err)
-	}
-	if n != 1 {
-		l.state.Lost()
-		return false, nil
-	}
-	l.state.Renewed(sent, ttl)
-	return true, nil
+	ok, err := l.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
+		return renewScript.Run(ctx, l.client, []string{l.key}, []string{l.token, ms}).AsInt64()
+	})
+	return ok, l.explain("renew", renewScript, err)
 }
 
 // Verify asks the server whether this handle still owns the lock. A false
@@ -89,23 +72,13 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	v, err := l.client.Do(ctx, l.client.B().Get().Key(l.key).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		l.state.Lost()
-		return false, nil
-	}
+	ok, err := l.state.Verify(ctx, l.token, func(ctx context.Context) (string, error) {
+		return l.client.Do(ctx, l.client.B().Get().Key(l.key).Build()).ToString()
+	})
 	if err != nil {
-		if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
-			l.state.Lost()
-			return false, nil
-		}
-		return false, fmt.Errorf("lock %q: verify: %w", l.key, err)
+		err = fmt.Errorf("lock %q: verify: %w", l.key, err)
 	}
-	if v != l.token {
-		l.state.Lost()
-		return false, nil
-	}
-	return true, nil
+	return ok, err
 }
 
 // Release deletes the lock if this handle still owns it and announces the
@@ -119,25 +92,39 @@ func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 		return primitives.AlreadyReleased, nil
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, err // nothing sent
 	}
-	n, err := releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.token, l.channel}).AsInt64()
+	n, err := l.state.Release(ctx, func(ctx context.Context) (int64, error) {
+		return releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.token, l.channel}).AsInt64()
+	})
 	if err != nil {
-		err = releaseScript.Classify(err)
-		l.state.Lost()
-		if script.IsUncertain(err) {
-			return 0, fmt.Errorf("lock %q: release outcome unknown: %w", l.key, err)
-		}
-		return 0, mapScriptErr(l.key, err)
+		return 0, l.explain("release", releaseScript, err)
 	}
-	l.state.Released()
+	return releaseResult(n), nil
+}
+
+// releaseResult maps the release scripts' answer.
+func releaseResult(n int64) primitives.ReleaseResult {
 	switch n {
 	case 1:
-		return primitives.Released, nil
+		return primitives.Released
 	case 0:
-		return primitives.AlreadyReleased, nil
+		return primitives.AlreadyReleased
 	}
-	return primitives.NotOwned, nil
+	return primitives.NotOwned
+}
+
+// explain annotates an error of op: an unknown outcome says the handle
+// closed; a server answer is mapped to the package's sentinels.
+func (l *Lock) explain(op string, sc *script.Script, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = sc.Classify(err)
+	if script.IsUncertain(err) {
+		return fmt.Errorf("lock %q: %s outcome unknown, handle closed: %w", l.key, op, err)
+	}
+	return mapScriptErr(l.key, err)
 }
 
 // Close releases the lock best effort within DefaultCloseTimeout. It never

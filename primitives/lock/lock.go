@@ -244,7 +244,7 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
 	}
 	lk, holderTTL, err := l.attemptFirst(ctx, req)
-	if err != nil && !isRetryable(ctx, err) {
+	if err != nil && !handle.Retryable(ctx, err) {
 		return nil, err
 	}
 	if lk != nil {
@@ -265,7 +265,7 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
 		lk, holderTTL, err := l.attempt(ctx, c.CoreClient, req)
 		if err != nil {
-			if isRetryable(ctx, err) {
+			if handle.Retryable(ctx, err) {
 				// A lost reply may have granted under this token; the
 				// cleanup released it, and a fresh token keeps a delayed
 				// grant from being mistaken for ours.
@@ -402,11 +402,11 @@ func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, 
 // leaseMillis rounds ttl up to whole milliseconds; PX 0 would delete the
 // key, so anything below 1ms is refused.
 func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
-	if ttl < time.Millisecond {
-		return 0, "", fmt.Errorf("%w: lock: ttl %v is below 1ms", primitives.ErrInvalidTTL, ttl)
+	d, ms, err := handle.Millis(ttl)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: lock: %w", primitives.ErrInvalidTTL, err)
 	}
-	ms := (ttl + time.Millisecond - 1) / time.Millisecond
-	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
+	return d, ms, nil
 }
 
 // attempt runs the acquire script once on c. It returns the lock, or nil
@@ -434,7 +434,7 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 		return l.attemptOn(ctx, l.client, r)
 	case script.IsUncertain(err):
 		l.settle(ctx, r)
-		return nil, 0, &uncertainError{key: r.key, err: err}
+		return nil, 0, uncertain(r.key, err)
 	}
 	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
 }
@@ -459,7 +459,7 @@ func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request
 		err = sc.Classify(err)
 		if script.IsUncertain(err) {
 			l.settle(ctx, r)
-			return nil, 0, &uncertainError{key: r.key, err: err}
+			return nil, 0, uncertain(r.key, err)
 		}
 		return nil, 0, mapScriptErr(r.key, err)
 	}
@@ -495,7 +495,7 @@ func (l *Locker) granted(ctx context.Context, r *request, sent time.Time, fence 
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.
 		l.settle(ctx, r)
-		return nil, 0, &lateError{key: r.key}
+		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
 	}
 	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
 }
@@ -512,37 +512,8 @@ func (l *Locker) settle(ctx context.Context, r *request) {
 	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
 }
 
-// uncertainError: the acquire reply was lost; the grant may have happened
-// and was released best effort.
-type uncertainError struct {
-	key string
-	err error
-}
-
-func (e *uncertainError) Error() string {
-	return fmt.Sprintf("lock %q: acquire outcome unknown (released best effort): %v", e.key, e.err)
-}
-
-func (e *uncertainError) Unwrap() error { return e.err }
-
-type lateError struct{ key string }
-
-func (e *lateError) Error() string {
-	return fmt.Sprintf("lock %q: grant arrived after the lease ran out locally", e.key)
-}
-
-// Unwrap makes a late grant match primitives.ErrNotAcquired.
-func (e *lateError) Unwrap() error { return primitives.ErrNotAcquired }
-
-// isRetryable: transport errors and late grants are worth another attempt
-// while ctx lives; errors the server answered are not.
-func isRetryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var late *lateError
-	var unknown *uncertainError
-	return errors.As(err, &late) || errors.As(err, &unknown)
+func uncertain(key string, err error) error {
+	return &handle.UncertainAcquire{Name: fmt.Sprintf("lock %q", key), Settled: "released best effort", Err: err}
 }
 
 func mapScriptErr(key string, err error) error {

@@ -1,0 +1,121 @@
+package handle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Millis rounds ttl up to whole milliseconds, the unit Redis stores. Below
+// 1ms it fails: PX 0 would delete the key.
+func Millis(ttl time.Duration) (time.Duration, string, error) {
+	if ttl < time.Millisecond {
+		return 0, "", fmt.Errorf("ttl %v is below 1ms", ttl)
+	}
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
+}
+
+// Renew runs one owner-checked renewal to ttl (already rounded) through
+// run, which sends the script and returns 1 when the server renewed. It
+// answers false without calling run once the estimate ran out or the
+// handle was lost or released; any error, and a refusal, lose the handle
+// (an error leaves the outcome unknown: fail closed).
+func (s *State) Renew(ctx context.Context, ttl time.Duration, run func(context.Context) (int64, error)) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	sent := time.Now()
+	if !s.CanRenew(sent) {
+		return false, nil
+	}
+	n, err := run(ctx)
+	if err != nil || n != 1 {
+		s.Lost()
+		return false, err
+	}
+	s.Renewed(sent, ttl)
+	return true, nil
+}
+
+// Release runs one owner-checked release through run, which returns the
+// script's answer: 1 released, 0 absent, -1 another owner's. After a
+// settled release later calls answer 0 without calling run. An error
+// closes the handle but leaves it unsettled, so a later call may settle it.
+func (s *State) Release(ctx context.Context, run func(context.Context) (int64, error)) (int64, error) {
+	if s.IsReleased() {
+		return 0, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := run(ctx)
+	if err != nil {
+		s.Lost()
+		return 0, err
+	}
+	s.Released()
+	return n, nil
+}
+
+// Verify reads the current owner token with get and compares it with
+// token. Absent, foreign-typed or another owner's: the handle is lost.
+// Transport errors leave the handle as it was.
+func (s *State) Verify(ctx context.Context, token string, get func(context.Context) (string, error)) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	v, err := get(ctx)
+	if rerr, ok := rueidis.IsRedisErr(err); err != nil && (!ok || !(rueidis.IsRedisNil(err) || strings.HasPrefix(rerr.Error(), "WRONGTYPE"))) {
+		return false, err
+	}
+	if err != nil || v != token {
+		s.Lost()
+		return false, nil
+	}
+	return true, nil
+}
+
+// UncertainAcquire reports an acquire whose reply was lost: the grant may
+// have happened; Settled says what was done about it.
+type UncertainAcquire struct {
+	Name    string // e.g. `lock "k"`
+	Settled string // e.g. "released best effort"
+	Err     error
+}
+
+func (e *UncertainAcquire) Error() string {
+	return fmt.Sprintf("%s: acquire outcome unknown (%s): %v", e.Name, e.Settled, e.Err)
+}
+
+func (e *UncertainAcquire) Unwrap() error { return e.Err }
+
+// LateGrant reports a grant whose reply came after the whole lease had run
+// out locally: not acquired. It matches NotAcquired with errors.Is.
+type LateGrant struct {
+	Name        string
+	NotAcquired error
+}
+
+func (e *LateGrant) Error() string {
+	return fmt.Sprintf("%s: grant arrived after the lease ran out locally", e.Name)
+}
+
+func (e *LateGrant) Unwrap() error { return e.NotAcquired }
+
+// Retryable reports whether an acquire error is worth another attempt
+// while ctx lives: an unknown outcome or a late grant. Errors the server
+// answered are final.
+func Retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var late *LateGrant
+	var unknown *UncertainAcquire
+	return errors.As(err, &late) || errors.As(err, &unknown)
+}
