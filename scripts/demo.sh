@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# demo.sh BIN: shows `coordhost lock hold` keeping two workers apart.
+# demo.sh BIN: a tour of coordhost with examples/coordhost.hcl.
 #
-# Starts a private redis-server with `BIN dev-redis` on a unix socket in a
-# temporary directory, runs two `BIN lock hold` workers on the same lock at
-# the same time, each entering a critical section for one second, and
-# prints when each enters and leaves. Exits 0 if the sections never
-# overlapped, non-zero otherwise. Cleans up everything it started.
-# `make run` calls it as `bash scripts/demo.sh bin/coordhost`.
+#  1. `BIN validate` checks examples/coordhost.hcl (all three policy
+#     drivers: builtin, the WebAssembly module
+#     plugins/examples/wasm/gobackoff/gobackoff.wasm and the go-plugin
+#     binary bin/coordhost-example-plugin, pinned by its sha256).
+#  2. `BIN dev-redis` starts a private redis-server on a unix socket in a
+#     temporary directory; everything below shares it (the example's redis
+#     block takes its addresses from -var redis_addresses).
+#  3. `BIN serve` runs the daemon on a free port; the demo fetches /readyz
+#     and a few lines of /metrics.
+#  4. Two `BIN lock hold -config` workers contend for the example's lock
+#     "invoice" (fencing, builtin retry policy), each holding it for one
+#     second; the demo checks that their critical sections never overlapped.
+#     Then one holder of the partitioned lock "report" (-attr tenant=acme:
+#     the partition key comes from the plugin, the retry policy is the WASM
+#     module).
+#  5. SIGHUP makes serve reload the file; the demo shows the log line.
+#  6. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
+#
+# Exits 0 if every step worked, non-zero otherwise. Takes a few seconds.
+# `make run` calls it as `bash scripts/demo.sh bin/coordhost`, after
+# building the example plugin.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -20,13 +35,48 @@ case $BIN in
 esac
 [ -x "$BIN" ] || { echo "demo: $BIN is not an executable" >&2; exit 2; }
 
+# Run from the repository root so that paths in messages are short.
+cd "$(dirname "$0")/.."
+CONFIG=examples/coordhost.hcl
+WASM=plugins/examples/wasm/gobackoff/gobackoff.wasm
+PLUGIN=bin/coordhost-example-plugin
+
+fail() {
+	echo "demo: FAILED: $*" >&2
+	exit 1
+}
+
+[ -f "$CONFIG" ] || fail "$CONFIG is missing"
+[ -f "$WASM" ] || fail "$WASM is missing: build it with 'make wasm' (scripts/build-wasm.sh)"
+[ -x "$PLUGIN" ] || fail "$PLUGIN is missing: build it with 'make plugin-example'"
+command -v curl >/dev/null || fail "curl is not installed"
+
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coordhost-demo.XXXXXX")
 SOCK=$TMP/redis.sock
 EVENTS=$TMP/events
+SERVE_LOG=$TMP/serve.log
 REDIS_PID=
+SERVE_PID=
+SERVE_SHOWN=0 # lines of $SERVE_LOG printed so far
+
+# show_serve_log prints the lines serve logged since the last call.
+show_serve_log() {
+	[ -f "$SERVE_LOG" ] || return 0
+	local n
+	n=$(wc -l <"$SERVE_LOG")
+	if [ "$n" -gt "$SERVE_SHOWN" ]; then
+		sed -n "$((SERVE_SHOWN + 1)),${n}p" "$SERVE_LOG" | sed 's/^/[serve]    /'
+		SERVE_SHOWN=$n
+	fi
+}
 
 cleanup() {
 	local status=$?
+	if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then
+		kill -TERM "$SERVE_PID" 2>/dev/null || true
+		wait "$SERVE_PID" 2>/dev/null || true
+		show_serve_log
+	fi
 	if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
 		kill -TERM "$REDIS_PID" 2>/dev/null || true
 		wait "$REDIS_PID" 2>/dev/null || true
@@ -39,22 +89,50 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# ms since the epoch, and the time of day with ms, from one clock reading.
-now_ms() { date +%s%3N; }
+# wait_log FILE PATTERN PID SECONDS: waits until FILE has a line matching
+# the extended regexp PATTERN; fails if PID exits or SECONDS pass first.
+wait_log() {
+	local file=$1 pattern=$2 pid=$3 i
+	for ((i = 0; i < $4 * 20; i++)); do
+		grep -Eq -- "$pattern" "$file" 2>/dev/null && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	grep -Eq -- "$pattern" "$file" 2>/dev/null
+}
 
+SHA=$(sha256sum "$PLUGIN" | cut -d' ' -f1)
+# The variables of the example: the plugin's checksum pin, and Redis (set
+# once dev-redis runs).
+VARS=(-var "plugin_sha256=$SHA")
+
+echo "demo: 1. validate $CONFIG"
+"$BIN" validate "${VARS[@]}" "$CONFIG" || fail "validate found errors"
+
+echo "demo: 2. a private redis-server for the demo"
 "$BIN" dev-redis -socket "$SOCK" 2>"$TMP/dev-redis.log" &
 REDIS_PID=$!
-for _ in $(seq 100); do
-	grep -q "started private redis-server" "$TMP/dev-redis.log" 2>/dev/null && break
-	kill -0 "$REDIS_PID" 2>/dev/null || break
-	sleep 0.05
-done
-if ! grep -q "started private redis-server" "$TMP/dev-redis.log" 2>/dev/null; then
-	echo "demo: dev-redis did not start:" >&2
-	cat "$TMP/dev-redis.log" >&2
-	exit 1
-fi
+wait_log "$TMP/dev-redis.log" "started private redis-server" "$REDIS_PID" 10 ||
+	{ cat "$TMP/dev-redis.log" >&2; fail "dev-redis did not start"; }
 sed 's/^/[redis]    /' "$TMP/dev-redis.log"
+VARS+=(-var "redis_addresses=[\"$SOCK\"]")
+
+echo "demo: 3. serve -config $CONFIG -listen 127.0.0.1:0"
+"$BIN" serve -config "$CONFIG" "${VARS[@]}" -listen 127.0.0.1:0 2>"$SERVE_LOG" &
+SERVE_PID=$!
+if ! wait_log "$SERVE_LOG" '"msg":"listening"' "$SERVE_PID" 15; then
+	show_serve_log
+	fail "serve did not start listening"
+fi
+show_serve_log
+ADDR=$(grep -o '"msg":"listening","addr":"[^"]*"' "$SERVE_LOG" | head -1 | sed 's/.*"addr":"//; s/"$//')
+[ -n "$ADDR" ] || fail "no address in serve's log"
+echo "demo: curl http://$ADDR/readyz"
+curl -fsS "http://$ADDR/readyz" | sed 's/^/[curl]     /' || fail "/readyz did not answer 200"
+echo "demo: curl http://$ADDR/metrics (some coordhost_ metrics, without histogram buckets)"
+METRICS=$(curl -fsS "http://$ADDR/metrics") || fail "/metrics did not answer 200"
+awk '/^coordhost_/ && !/_bucket\{/ && n++ < 6 { print "[curl]     " $0 }' <<<"$METRICS"
+grep -q '^coordhost_config_generation 1$' <<<"$METRICS" || fail "/metrics lacks coordhost_config_generation 1"
 
 # The critical section: runs as CMD under the lock. It logs enter/leave
 # with millisecond timestamps to the terminal and to the events file.
@@ -69,11 +147,11 @@ SECTION='
 '
 
 worker() {
-	W=$1 EVENTS=$EVENTS "$BIN" lock hold -redis "$SOCK" -fencing -ttl 3s -wait 8s demo -- sh -c "$SECTION" \
+	W=$1 EVENTS=$EVENTS "$BIN" lock hold -config "$CONFIG" "${VARS[@]}" -wait 10s invoice -- sh -c "$SECTION" \
 		2> >(sed -u "s/^/[worker $1] /")
 }
 
-echo "demo: starting workers A and B at $(date +%H:%M:%S.%3N); both want lock \"demo\""
+echo "demo: 4. workers A and B at $(date +%H:%M:%S.%3N); both want lock \"invoice\" of $CONFIG"
 worker A &
 A_PID=$!
 worker B &
@@ -97,9 +175,30 @@ if ! awk '
 ' "$EVENTS"; then
 	status=1
 fi
-if [ "$status" -eq 0 ]; then
-	echo "demo: OK: the two critical sections never overlapped"
-else
-	echo "demo: FAILED" >&2
+[ "$status" -eq 0 ] || fail "the workers failed or their critical sections overlapped"
+echo "demo: OK: the two critical sections never overlapped"
+
+echo "demo: lock \"report\" for tenant acme (partition key from the plugin, retry policy in WASM)"
+# shellcheck disable=SC2016
+"$BIN" lock hold -config "$CONFIG" "${VARS[@]}" -attr tenant=acme -wait 10s report -- \
+	sh -c 'echo "[report]   holding $COORDHOST_LOCK_NAME"' 2> >(sed -u "s/^/[report]   /") ||
+	fail "lock hold report failed"
+sleep 0.1
+
+echo "demo: 5. SIGHUP: serve reloads $CONFIG"
+kill -HUP "$SERVE_PID"
+if ! wait_log "$SERVE_LOG" '"msg":"(configuration reloaded|reload failed)' "$SERVE_PID" 15; then
+	show_serve_log
+	fail "serve logged no reload"
 fi
-exit "$status"
+show_serve_log
+grep -q '"msg":"configuration reloaded","generation":2' "$SERVE_LOG" || fail "the reload failed"
+
+echo "demo: 6. SIGTERM: serve shuts down"
+kill -TERM "$SERVE_PID"
+serve_status=0
+wait "$SERVE_PID" || serve_status=$?
+SERVE_PID=
+show_serve_log
+[ "$serve_status" -eq 0 ] || fail "serve exited with status $serve_status"
+echo "demo: OK"

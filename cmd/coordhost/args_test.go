@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coordhost/coordhost/host/devredis"
 )
 
 func TestParseHoldArgsBad(t *testing.T) {
@@ -44,6 +46,19 @@ func TestParseHoldArgsBad(t *testing.T) {
 		{"redis relative unix", []string{"-redis", "unix://redis.sock", "job", "--", "true"}, "needs an absolute path"},
 		{"redis bad scheme", []string{"-redis", "http://x:1", "job", "--", "true"}, "invalid URL scheme"},
 		{"redis socket path too long", []string{"-redis", "/" + strings.Repeat("x", 120), "job", "--", "true"}, "too long"},
+		{"config empty", []string{"-config", "", "job", "--", "true"}, "-config FILE is empty"},
+		{"config missing value", []string{"job", "-config"}, "flag needs an argument: -config"},
+		{"ttl with config", []string{"-config", "c.hcl", "-ttl", "5s", "job", "--", "true"}, `-ttl cannot be used with -config: lock "job" of the file sets it`},
+		{"fencing with config", []string{"-config", "c.hcl", "job", "-fencing", "--", "true"}, "-fencing cannot be used with -config"},
+		{"fencing=false with config", []string{"-config", "c.hcl", "-fencing=false", "job", "--", "true"}, "-fencing cannot be used with -config"},
+		{"prefix with config", []string{"-config", "c.hcl", "-prefix", "p:", "job", "--", "true"}, "-prefix cannot be used with -config"},
+		{"var without config", []string{"-var", "a=b", "job", "--", "true"}, "-var needs -config FILE"},
+		{"attr without config", []string{"-attr", "tenant=acme", "job", "--", "true"}, "-attr needs -config FILE"},
+		{"var without =", []string{"-config", "c.hcl", "-var", "ttl", "job", "--", "true"}, `-var "ttl": want NAME=VALUE`},
+		{"var bad name", []string{"-config", "c.hcl", "-var", "1x=2", "job", "--", "true"}, `"1x" is not a valid variable name`},
+		{"attr without =", []string{"-config", "c.hcl", "-attr", "tenant", "job", "--", "true"}, `-attr "tenant": want KEY=VALUE`},
+		{"attr empty key", []string{"-config", "c.hcl", "-attr", "=acme", "job", "--", "true"}, `-attr "=acme": empty KEY`},
+		{"redis bad with config", []string{"-config", "c.hcl", "-redis", "nohost", "job", "--", "true"}, "is not host:port"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,7 +147,9 @@ func TestTopLevel(t *testing.T) {
 		noStderrOK bool
 	}{
 		{args: nil, code: exitUsage, stderr: "Usage:"},
-		{args: []string{"help"}, code: exitOK, stdout: "Usage:\n  coordhost lock hold [flags] NAME -- CMD [ARGS...]"},
+		{args: []string{"help"}, code: exitOK, stdout: "Usage:\n  coordhost serve -config FILE"},
+		{args: []string{"serve", "-h"}, code: exitOK, stdout: "Flags for serve"},
+		{args: []string{"validate", "-help"}, code: exitOK, stdout: "Usage:"},
 		{args: []string{"-h"}, code: exitOK, stdout: "Usage:"},
 		{args: []string{"--help"}, code: exitOK, stdout: "Usage:"},
 		{args: []string{"lock", "hold", "-h"}, code: exitOK, stdout: "Flags for lock hold"},
@@ -168,14 +185,25 @@ func TestTopLevel(t *testing.T) {
 // the flags parseHoldArgs defines.
 func TestUsageMentionsEveryFlag(t *testing.T) {
 	for _, f := range []string{"-redis ADDR", "-ttl DURATION", "-prefix STRING", "-fencing", "-wait DURATION",
-		"(default 15s)", `(default "coordhost:lock:")`, envLockName, envFencingToken, redisServerEnv} {
+		"-config FILE", "-var NAME=VALUE", "-attr KEY=VALUE", "-listen ADDR",
+		"(default 15s)", `(default "coordhost:lock:")`, envLockName, envFencingToken, devredis.ServerEnv} {
 		if !strings.Contains(usageText, f) {
 			t.Errorf("usage text does not mention %q", f)
 		}
 	}
-	for _, name := range []string{"redis", "ttl", "prefix", "fencing", "wait"} {
+	for _, name := range []string{"redis", "ttl", "prefix", "fencing", "wait", "config", "var", "attr"} {
 		if _, err := parseHoldArgs([]string{"-" + name + "=1", "job", "--", "true"}); err != nil && strings.Contains(err.Error(), "not defined") {
-			t.Errorf("flag -%s is in the usage but not defined", name)
+			t.Errorf("flag -%s of lock hold is in the usage but not defined", name)
+		}
+	}
+	for _, name := range []string{"config", "var", "listen"} {
+		if _, err := parseServeArgs([]string{"-" + name + "=1"}); err != nil && strings.Contains(err.Error(), "not defined") {
+			t.Errorf("flag -%s of serve is in the usage but not defined", name)
+		}
+	}
+	for _, name := range []string{"config", "var"} {
+		if _, err := parseValidateArgs([]string{"-" + name + "=1"}); err != nil && strings.Contains(err.Error(), "not defined") {
+			t.Errorf("flag -%s of validate is in the usage but not defined", name)
 		}
 	}
 }

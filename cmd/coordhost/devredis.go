@@ -1,284 +1,20 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
-	"time"
+
+	"github.com/coordhost/coordhost/host/devredis"
 )
-
-// Dev mode: a private redis-server that listens only on a unix socket in a
-// fresh temporary directory, for one coordhost run or (dev-redis) until
-// signalled.
-
-const (
-	// redisServerEnv names an alternative redis-server binary.
-	redisServerEnv = "COORDHOST_REDIS_SERVER"
-	// devRedisReadyTimeout bounds the wait for a new server's first PONG.
-	devRedisReadyTimeout = 10 * time.Second
-	// devRedisStopTimeout is how long a server gets to exit after SIGTERM
-	// before SIGKILL.
-	devRedisStopTimeout = 5 * time.Second
-)
-
-// devRedis is a running private redis-server.
-type devRedis struct {
-	cmd     *exec.Cmd
-	dir     string // temporary directory: --dir, log, and by default the socket
-	socket  string
-	exited  chan struct{} // closed once the process has been reaped
-	waitErr error         // set before exited is closed
-	stopped bool
-}
-
-// devRedisOptions configures startDevRedis.
-type devRedisOptions struct {
-	// server is the redis-server binary; "" means $COORDHOST_REDIS_SERVER
-	// or redis-server from PATH.
-	server string
-	// socket is the unix socket path; "" means DIR/redis.sock in the
-	// temporary directory.
-	socket string
-	getenv func(string) string
-}
-
-// findRedisServer returns the redis-server binary dev mode runs.
-func findRedisServer(getenv func(string) string) (string, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	if p := getenv(redisServerEnv); p != "" {
-		path, err := exec.LookPath(p)
-		if err != nil {
-			return "", fmt.Errorf("dev mode: %s=%q: %w", redisServerEnv, p, err)
-		}
-		return path, nil
-	}
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", fmt.Errorf("dev mode needs redis-server on PATH (or %s), or give -redis ADDR: %w", redisServerEnv, err)
-	}
-	return path, nil
-}
-
-// startDevRedis starts a private redis-server and waits until it answers
-// PING. On error nothing is left behind. The caller must call Stop.
-func startDevRedis(ctx context.Context, opt devRedisOptions) (_ *devRedis, err error) {
-	server := opt.server
-	if server == "" {
-		if server, err = findRedisServer(opt.getenv); err != nil {
-			return nil, err
-		}
-	}
-	socket := opt.socket
-	if socket != "" {
-		if socket, err = filepath.Abs(socket); err != nil {
-			return nil, fmt.Errorf("dev mode: socket path: %w", err)
-		}
-		if err := checkSocketPathFree(socket); err != nil {
-			return nil, err
-		}
-	}
-	dir, err := os.MkdirTemp("", "coordhost-redis-")
-	if err != nil {
-		return nil, fmt.Errorf("dev mode: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(dir)
-		}
-	}()
-	if socket == "" {
-		socket = filepath.Join(dir, "redis.sock")
-	}
-	if len(socket) > maxUnixSocketPath {
-		return nil, fmt.Errorf("dev mode: unix socket path %q is too long (%d bytes, at most %d); set TMPDIR to a shorter directory", socket, len(socket), maxUnixSocketPath)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "redis.log"))
-	if err != nil {
-		return nil, fmt.Errorf("dev mode: %w", err)
-	}
-	defer logFile.Close() // the child has its own copy
-	cmd := exec.Command(server,
-		"--port", "0",
-		"--unixsocket", socket,
-		"--unixsocketperm", "700",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--daemonize", "no",
-	)
-	cmd.Dir = dir
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	// Own process group: a terminal's ^C must not stop the server before
-	// coordhost has released its lock; coordhost stops it at exit.
-	cmd.SysProcAttr = childSysProcAttr(true)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("dev mode: starting %s: %w", server, err)
-	}
-	d := &devRedis{cmd: cmd, dir: dir, socket: socket, exited: make(chan struct{})}
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	if err := d.waitReady(ctx); err != nil {
-		d.kill()
-		return nil, err
-	}
-	return d, nil
-}
-
-// checkSocketPathFree fails if path exists and is not a stale socket: a
-// live server on it, or a file that is not a socket. redis-server would
-// otherwise unlink it and take it over.
-func checkSocketPathFree(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, err := os.Stat(filepath.Dir(path)); err != nil {
-			return fmt.Errorf("dev mode: socket directory: %w", err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("dev mode: %w", err)
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("dev mode: %s exists and is not a unix socket", path)
-	}
-	c, err := net.DialTimeout("unix", path, time.Second)
-	if err == nil {
-		c.Close()
-		return fmt.Errorf("dev mode: a server is already listening on %s", path)
-	}
-	return nil
-}
-
-// waitReady polls the socket with PING until the server answers, exits,
-// ctx ends or devRedisReadyTimeout passes.
-func (d *devRedis) waitReady(ctx context.Context) error {
-	deadline := time.NewTimer(devRedisReadyTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if pingUnix(d.socket) == nil {
-			return nil
-		}
-		select {
-		case <-d.exited:
-			return fmt.Errorf("dev mode: redis-server exited before it was ready (%v)%s", d.waitErr, d.logTail())
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-deadline.C:
-			return fmt.Errorf("dev mode: redis-server did not answer on %s within %v%s", d.socket, devRedisReadyTimeout, d.logTail())
-		case <-tick.C:
-		}
-	}
-}
-
-// pingUnix sends one PING over the unix socket and expects +PONG.
-func pingUnix(socket string) error {
-	c, err := net.DialTimeout("unix", socket, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("unexpected reply %q", line)
-	}
-	return nil
-}
-
-// logTail returns the end of the server's log, formatted to follow an
-// error message, or "".
-func (d *devRedis) logTail() string {
-	b, err := os.ReadFile(filepath.Join(d.dir, "redis.log"))
-	if err != nil || len(bytes.TrimSpace(b)) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 10 {
-		lines = lines[len(lines)-10:]
-	}
-	return "; redis-server log:\n  " + strings.Join(lines, "\n  ")
-}
-
-// Socket returns the server's unix socket path.
-func (d *devRedis) Socket() string { return d.socket }
-
-// Pid returns the server's process id.
-func (d *devRedis) Pid() int { return d.cmd.Process.Pid }
-
-// Exited is closed when the server process has exited.
-func (d *devRedis) Exited() <-chan struct{} { return d.exited }
-
-// Stop shuts the server down (SIGTERM, then SIGKILL after
-// devRedisStopTimeout), waits for it, and removes its temporary directory
-// and socket. It is idempotent; it is not safe for concurrent use.
-func (d *devRedis) Stop() error {
-	if d.stopped {
-		return nil
-	}
-	d.stopped = true
-	var err error
-	select {
-	case <-d.exited:
-		err = fmt.Errorf("dev mode: redis-server had exited (%v)", d.waitErr)
-	default:
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		t := time.NewTimer(devRedisStopTimeout)
-		select {
-		case <-d.exited:
-		case <-t.C:
-			_ = d.cmd.Process.Kill()
-			<-d.exited
-			err = fmt.Errorf("dev mode: redis-server did not stop within %v; killed it", devRedisStopTimeout)
-		}
-		t.Stop()
-	}
-	d.cleanup()
-	return err
-}
-
-// kill ends the server at once and cleans up; for failed starts.
-func (d *devRedis) kill() {
-	d.stopped = true
-	_ = d.cmd.Process.Kill()
-	<-d.exited
-	d.cleanup()
-}
-
-func (d *devRedis) cleanup() {
-	if !strings.HasPrefix(d.socket, d.dir+string(filepath.Separator)) {
-		if fi, err := os.Lstat(d.socket); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			_ = os.Remove(d.socket)
-		}
-	}
-	_ = os.RemoveAll(d.dir)
-}
 
 // runDevRedis implements `coordhost dev-redis [-socket PATH]`: a private
-// redis-server in the foreground until SIGINT, SIGTERM or SIGHUP.
+// redis-server (package host/devredis) in the foreground until SIGINT,
+// SIGTERM or SIGHUP.
 func runDevRedis(ctx context.Context, args []string, e *env) int {
 	fs := flag.NewFlagSet("dev-redis", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -301,7 +37,7 @@ func runDevRedis(ctx context.Context, args []string, e *env) int {
 	defer cancel(nil)
 	stopRelay := relaySignalsToCancel(sigs, cancel)
 
-	d, err := startDevRedis(ctx, devRedisOptions{socket: *socket, getenv: e.getenv})
+	d, err := devredis.Start(ctx, devredis.Options{Socket: *socket, Getenv: e.getenv})
 	stopRelay()
 	if err != nil {
 		if sig, ok := signalCause(ctx); ok {
@@ -331,7 +67,7 @@ func runDevRedis(ctx context.Context, args []string, e *env) int {
 		e.logf("dev mode: got %s; stopped redis-server", name)
 		return exitOK
 	case <-d.Exited():
-		tail := d.logTail()
+		tail := d.LogTail()
 		err := d.Stop()
 		e.logf("%v%s", err, tail)
 		return exitFailure

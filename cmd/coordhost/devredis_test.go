@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +15,34 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordhost/coordhost/host/devredis"
 )
+
+// The tests of package host/devredis (Start, Stop, sockets, bad starts)
+// live here until that package has tests of its own; TestDevRedisCommand
+// tests `coordhost dev-redis` itself.
+
+// pingUnix sends one PING over the unix socket and expects +PONG.
+func pingUnix(socket string) error {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
 
 // tempDirEntries lists the dev-mode directories in dir.
 func tempDirEntries(t *testing.T, dir string) []string {
@@ -91,7 +121,7 @@ func TestDevRedisExplicitSocket(t *testing.T) {
 	sockDir := t.TempDir()
 	sock := filepath.Join(sockDir, "r.sock")
 	server := redisServerBin(t)
-	d, err := startDevRedis(context.Background(), devRedisOptions{server: server, socket: sock})
+	d, err := devredis.Start(context.Background(), devredis.Options{Server: server, Socket: sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +134,7 @@ func TestDevRedisExplicitSocket(t *testing.T) {
 	}
 
 	// A second server must not take over a live socket.
-	_, err = startDevRedis(context.Background(), devRedisOptions{server: server, socket: sock})
+	_, err = devredis.Start(context.Background(), devredis.Options{Server: server, Socket: sock})
 	if err == nil || !strings.Contains(err.Error(), "already listening on "+sock) {
 		t.Fatalf("second server on the same socket: err = %v", err)
 	}
@@ -131,7 +161,7 @@ func TestDevRedisStaleSocket(t *testing.T) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
-	d, err := startDevRedis(context.Background(), devRedisOptions{server: redisServerBin(t), socket: sock})
+	d, err := devredis.Start(context.Background(), devredis.Options{Server: redisServerBin(t), Socket: sock})
 	if err != nil {
 		t.Fatalf("stale socket file: %v", err)
 	}
@@ -155,28 +185,28 @@ func TestDevRedisBadStarts(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		opt  devRedisOptions
+		opt  devredis.Options
 		want string
 	}{
-		{"missing binary from env", devRedisOptions{getenv: func(k string) string {
-			if k == redisServerEnv {
+		{"missing binary from env", devredis.Options{Getenv: func(k string) string {
+			if k == devredis.ServerEnv {
 				return "/nonexistent/redis-server"
 			}
 			return ""
 		}}, `COORDHOST_REDIS_SERVER="/nonexistent/redis-server"`},
-		{"server exits at once", devRedisOptions{server: writeScript("exits", "echo 'bad config' >&2; exit 1")},
+		{"server exits at once", devredis.Options{Server: writeScript("exits", "echo 'bad config' >&2; exit 1")},
 			"redis-server exited before it was ready (exit status 1); redis-server log:\n  bad config"},
-		{"socket is a regular file", devRedisOptions{server: writeScript("unused", "exit 1"), socket: regular},
+		{"socket is a regular file", devredis.Options{Server: writeScript("unused", "exit 1"), Socket: regular},
 			"exists and is not a unix socket"},
-		{"socket directory missing", devRedisOptions{server: writeScript("unused2", "exit 1"), socket: "/nonexistent/dir/r.sock"},
+		{"socket directory missing", devredis.Options{Server: writeScript("unused2", "exit 1"), Socket: "/nonexistent/dir/r.sock"},
 			"socket directory"},
-		{"socket path too long", devRedisOptions{server: writeScript("unused3", "exit 1"), socket: "/tmp/" + strings.Repeat("s", 110)},
+		{"socket path too long", devredis.Options{Server: writeScript("unused3", "exit 1"), Socket: "/tmp/" + strings.Repeat("s", 110)},
 			"too long"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := privateTMPDIR(t)
-			d, err := startDevRedis(context.Background(), tc.opt)
+			d, err := devredis.Start(context.Background(), tc.opt)
 			if err == nil {
 				d.Stop()
 				t.Fatal("start succeeded")
@@ -210,7 +240,7 @@ func TestDevRedisStartCancelled(t *testing.T) {
 		}
 		cancel(signalError{syscall.SIGINT})
 	}()
-	_, err := startDevRedis(ctx, devRedisOptions{server: fake})
+	_, err := devredis.Start(ctx, devredis.Options{Server: fake})
 	var se signalError
 	if !errors.As(err, &se) || se.sig != syscall.SIGINT {
 		t.Fatalf("err = %v, want the signal cause", err)
@@ -235,7 +265,7 @@ func TestDevRedisCommand(t *testing.T) {
 		t.Run(signalName(sig), func(t *testing.T) {
 			tmp := privateTMPDIR(t)
 			sock := filepath.Join(t.TempDir(), "r.sock")
-			p := startProc(t, []string{redisServerEnv + "=" + server}, "dev-redis", "-socket", sock)
+			p := startProc(t, []string{devredis.ServerEnv + "=" + server}, "dev-redis", "-socket", sock)
 			m := waitOutput(t, 10*time.Second, p.stderr, startedRE)
 			if m[1] != sock {
 				t.Fatalf("socket %s, want %s", m[1], sock)

@@ -14,7 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coordhost/coordhost/config"
+	"github.com/coordhost/coordhost/host/devredis"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/redis/rueidis"
 )
 
@@ -48,6 +51,12 @@ type holdConfig struct {
 	fencing   bool
 	name      string
 	argv      []string // CMD ARGS...
+
+	// With -config: the file, its -var overrides, and the -attr partition
+	// attributes. ttl and fencing are then the lock block's.
+	configPath string
+	load       config.LoadOptions
+	attrs      map[string]string
 }
 
 // parseHoldArgs parses the arguments after `lock hold`. Flags may come
@@ -63,6 +72,10 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 	fs.StringVar(&cfg.prefix, "prefix", defaultPrefix, "key prefix")
 	fs.BoolVar(&cfg.fencing, "fencing", false, "fencing token")
 	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait")
+	fs.StringVar(&cfg.configPath, "config", "", "configuration file")
+	var vars, attrs listFlag
+	fs.Var(&vars, "var", "NAME=VALUE")
+	fs.Var(&attrs, "attr", "KEY=VALUE")
 
 	before, after, hasSep := args, []string(nil), false
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -99,6 +112,33 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 	cfg.name, cfg.argv = positional[0], after
 	if cfg.name == "" {
 		return cfg, errors.New("lock NAME is empty")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["config"] {
+		if cfg.configPath == "" {
+			return cfg, errors.New("-config FILE is empty")
+		}
+		// The lock block decides these; a flag that silently lost to the
+		// file, or silently won over it, would surprise someone.
+		for _, f := range []string{"ttl", "fencing", "prefix"} {
+			if set[f] {
+				return cfg, fmt.Errorf("-%s cannot be used with -config: lock %q of the file sets it", f, cfg.name)
+			}
+		}
+		var err error
+		if cfg.load.Vars, err = parseVars(vars); err != nil {
+			return cfg, err
+		}
+		if cfg.attrs, err = parseAttrs(attrs); err != nil {
+			return cfg, err
+		}
+	} else {
+		for _, f := range []string{"var", "attr"} {
+			if set[f] {
+				return cfg, fmt.Errorf("-%s needs -config FILE", f)
+			}
+		}
 	}
 	if cfg.ttl < minTTL {
 		return cfg, fmt.Errorf("-ttl must be at least %v, got %v", minTTL, cfg.ttl)
@@ -155,9 +195,13 @@ func runHold(ctx context.Context, args []string, e *env) int {
 		return 0, false
 	}
 
+	if cfg.configPath != "" {
+		return holdFromConfig(ctx, cfg, path, e, sigs, stopRelay, interrupted)
+	}
+
 	opt, desc := cfg.redisOpt, cfg.redisDesc
 	if cfg.redis == "" {
-		d, err := startDevRedis(ctx, devRedisOptions{getenv: e.getenv})
+		d, err := devredis.Start(ctx, devredis.Options{Getenv: e.getenv})
 		if err != nil {
 			if code, ok := interrupted("while starting redis-server"); ok {
 				return code
@@ -187,7 +231,13 @@ func runHold(ctx context.Context, args []string, e *env) int {
 	}
 	defer client.Close()
 
-	return holdWithLock(ctx, client, cfg, path, e, sigs, stopRelay, interrupted)
+	lk, err := lock.New(client, lock.Options{Prefix: cfg.prefix, Fencing: cfg.fencing})
+	if err != nil {
+		return e.usageError("lock hold: %v", err)
+	}
+	defer lk.Close()
+	acquire := func(ctx context.Context) (*lock.Lock, error) { return lk.Acquire(ctx, cfg.name, cfg.ttl) }
+	return holdWithLock(ctx, acquire, cfg, path, e, sigs, stopRelay, interrupted)
 }
 
 // heldLock is what holdAndRun needs from a granted lock (*lock.Lock).

@@ -15,10 +15,12 @@ import (
 
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/redis/rueidis"
+
+	"github.com/coordhost/coordhost/host/devredis"
 )
 
 // testClient returns a client on the dev server's socket, closed at cleanup.
-func testClient(t *testing.T, d *devRedis) rueidis.Client {
+func testClient(t *testing.T, d *devredis.Server) rueidis.Client {
 	t.Helper()
 	opt, desc, err := unixClientOption(d.Socket())
 	if err != nil {
@@ -388,7 +390,7 @@ func TestHoldDevMode(t *testing.T) {
 
 	t.Run("in process", func(t *testing.T) {
 		tmp := privateTMPDIR(t)
-		te := newTestEnv(t, map[string]string{redisServerEnv: server})
+		te := newTestEnv(t, map[string]string{devredis.ServerEnv: server})
 		code := run(context.Background(), []string{"lock", "hold", "-fencing", "job", "--", "sh", "-c", "exit 4"}, te.env)
 		if code != 4 {
 			t.Fatalf("exit status %d, want 4; stderr:\n%s", code, te.errOut)
@@ -411,7 +413,7 @@ func TestHoldDevMode(t *testing.T) {
 			tmp := privateTMPDIR(t)
 			started := filepath.Join(t.TempDir(), "started")
 			// The signal is forwarded to CMD, which exits 5.
-			p := startProc(t, []string{redisServerEnv + "=" + server, "TMPDIR=" + tmp},
+			p := startProc(t, []string{devredis.ServerEnv + "=" + server, "TMPDIR=" + tmp},
 				append([]string{"lock", "hold", "job", "--"}, waitSignalCmd(started, 5)...)...)
 			waitFor(t, 10*time.Second, "CMD to start", fileExists(started))
 			m := waitOutput(t, time.Second, p.stderr, devRE)
@@ -441,7 +443,7 @@ func TestHoldDevMode(t *testing.T) {
 		if err := os.WriteFile(fake, []byte("#!/bin/sh\necho $$ > "+pidFile+".tmp; mv "+pidFile+".tmp "+pidFile+"\nexec sleep 30\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := startProc(t, []string{redisServerEnv + "=" + fake, "TMPDIR=" + tmp}, "lock", "hold", "job", "--", "true")
+		p := startProc(t, []string{devredis.ServerEnv + "=" + fake, "TMPDIR=" + tmp}, "lock", "hold", "job", "--", "true")
 		waitFor(t, 10*time.Second, "fake server to start", fileExists(pidFile))
 		p.signal(t, syscall.SIGTERM)
 		if code := p.wait(t, 10*time.Second); code != 143 {

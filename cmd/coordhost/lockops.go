@@ -8,30 +8,28 @@ import (
 
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
-	"github.com/redis/rueidis"
 )
 
 // errWaitTimeout is the cancellation cause when -wait runs out.
 var errWaitTimeout = errors.New("-wait ran out")
 
-// holdWithLock takes the lock cfg.name, waiting as long as ctx and
-// cfg.wait allow, then runs CMD (found at path) under it with holdAndRun.
+// acquireFunc waits for the lock (*lock.Locker.Acquire or
+// *host.Lock.Acquire with the command line's name, ttl and attributes).
+type acquireFunc func(ctx context.Context) (*lock.Lock, error)
+
+// holdWithLock takes the lock cfg.name with acquire, waiting as long as ctx
+// and cfg.wait allow, then runs CMD (found at path) under it with
+// holdAndRun; cfg.ttl is the lease it keeps renewing.
 // stopRelay ends the translation of signals into cancellation of ctx once
 // the wait is over, so that later signals go to CMD; interrupted reports a
 // signal that cancelled ctx. It returns the exit status.
-func holdWithLock(ctx context.Context, client rueidis.Client, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
-	lk, err := lock.New(client, lock.Options{Prefix: cfg.prefix, Fencing: cfg.fencing})
-	if err != nil {
-		return e.usageError("lock hold: %v", err)
-	}
-	defer lk.Close()
-
+func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
 	acqCtx, acqCancel := ctx, context.CancelFunc(func() {})
 	if cfg.wait > 0 {
 		acqCtx, acqCancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
 	}
 	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for lock %s", cfg.name) })
-	l, err := lk.Acquire(acqCtx, cfg.name, cfg.ttl)
+	l, err := acquire(acqCtx)
 	stopNote()
 	stopRelay()
 	acqCancel()
@@ -47,6 +45,11 @@ func holdWithLock(ctx context.Context, client rueidis.Client, cfg holdConfig, pa
 			// Bad input that only the lock package can judge (reserved
 			// namespace, cluster slots).
 			return e.usageError("lock hold: lock NAME %q: %v", cfg.name, err)
+		}
+		if errors.Is(err, primitives.ErrNotAcquired) {
+			// The retry policy gave up.
+			e.logf("lock %s not acquired: %v", cfg.name, err)
+			return exitFailure
 		}
 		e.logf("acquiring lock %s: %v", cfg.name, err)
 		return exitFailure

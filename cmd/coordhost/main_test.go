@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/coordhost/coordhost/host/devredis"
 )
 
 // asMainEnv makes the test binary act as coordhost itself, so that tests
@@ -176,9 +178,9 @@ func redisServerBin(t testing.TB) string {
 }
 
 // startTestDevRedis starts a private server for a test, stopped at cleanup.
-func startTestDevRedis(t testing.TB) *devRedis {
+func startTestDevRedis(t testing.TB) *devredis.Server {
 	t.Helper()
-	d, err := startDevRedis(context.Background(), devRedisOptions{server: redisServerBin(t), getenv: os.Getenv})
+	d, err := devredis.Start(context.Background(), devredis.Options{Server: redisServerBin(t), Getenv: os.Getenv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coordhost/coordhost/config"
+	"github.com/coordhost/coordhost/host"
+)
+
+const (
+	// shutdownTimeout bounds each step of a graceful shutdown: the HTTP
+	// server's in-flight requests, then the host's in-flight acquisitions.
+	shutdownTimeout = 10 * time.Second
+	// reloadTimeout bounds one reload (policies loaded and self-tested).
+	reloadTimeout = time.Minute
+	// readHeaderTimeout bounds the reading of a request's headers.
+	readHeaderTimeout = 10 * time.Second
+)
+
+// serveArgs is a parsed `serve` command line.
+type serveArgs struct {
+	file   string
+	listen string // -listen; "" means server.listen of the file
+	load   config.LoadOptions
+}
+
+// parseServeArgs parses the arguments after `serve`.
+func parseServeArgs(args []string) (serveArgs, error) {
+	var sa serveArgs
+	var vars listFlag
+	listenSet := false
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&sa.file, "config", "", "configuration file")
+	fs.Var(&vars, "var", "NAME=VALUE")
+	fs.Func("listen", "ADDR", func(s string) error { sa.listen, listenSet = s, true; return nil })
+	positional, err := parseInterspersed(fs, args)
+	if err != nil {
+		return sa, err
+	}
+	if len(positional) > 0 {
+		return sa, fmt.Errorf("unexpected argument %q (the configuration file goes after -config)", positional[0])
+	}
+	if sa.file == "" {
+		return sa, errors.New("missing -config FILE")
+	}
+	if listenSet {
+		if err := checkListen(sa.listen); err != nil {
+			return sa, err
+		}
+	}
+	if sa.load.Vars, err = parseVars(vars); err != nil {
+		return sa, err
+	}
+	return sa, nil
+}
+
+// runServe implements `coordhost serve`: the host (package host) behind an
+// HTTP server, reloaded on SIGHUP and shut down gracefully on SIGINT or
+// SIGTERM. It returns 0 after a clean shutdown, 1 if the configuration is
+// bad or the host cannot start, 128+N if signal N interrupted the start.
+func runServe(ctx context.Context, args []string, e *env) int {
+	sa, err := parseServeArgs(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(e.stdout, usageText)
+		return exitOK
+	}
+	if err != nil {
+		return e.usageError("serve: %v", err)
+	}
+	cfg, diags := config.Load(sa.file, sa.load)
+	if diags.HasErrors() {
+		// No logger yet: its settings are in the file. Diagnostics as
+		// `validate` prints them.
+		e.writeDiags(cfg.Files(), diags)
+		errs, _ := countDiags(diags)
+		e.logf("serve: %s: %s; not starting", sa.file, plural(errs, "error"))
+		return exitFailure
+	}
+	log, handler := newLogger(e.stderr, cfg.Server)
+	logDiags(log, cfg.Files(), diags) // warnings
+	listen := cfg.Server.Listen
+	if sa.listen != "" {
+		listen = sa.listen
+	}
+
+	sigs := make(chan os.Signal, 4)
+	e.notify(sigs)
+	defer e.stop(sigs)
+
+	// Listen first: a port in use fails before anything is started.
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		log.Error("cannot listen", "addr", listen, "err", err)
+		return exitFailure
+	}
+	defer ln.Close() // after Serve it is closed already; harmless
+
+	log.Info("starting coordhost", "version", versionString(), "config", cfg.Path)
+	startCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var hupWhileStarting atomic.Bool
+	stopWatch := watchStartSignals(sigs, cancel, &hupWhileStarting)
+	h, err := host.New(startCtx, cfg, host.Options{Logger: log, Load: sa.load})
+	stopWatch()
+	if err != nil {
+		if sig, ok := signalCause(startCtx); ok {
+			log.Warn("interrupted while starting", "signal", signalName(sig))
+			return exitSignalOffset + int(sig)
+		}
+		log.Error("cannot start", "err", err)
+		return exitFailure
+	}
+	if sig, ok := signalCause(startCtx); ok {
+		// The signal came just as the host was ready.
+		log.Info("shutting down", "signal", signalName(sig))
+		_ = h.Close()
+		return exitOK
+	}
+
+	if dev := h.DevRedis(); dev != "" && !log.Enabled(ctx, slog.LevelWarn) {
+		// The host logged dev mode at WARN, below server.log_level; it
+		// must still be said.
+		e.logf("dev mode: %s has no redis block; started a private redis-server on unix socket %s", sa.file, dev)
+	}
+	srv := &http.Server{
+		Handler:           h.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "generation", h.Generation())
+
+	r := newReloader(ctx, h, log)
+	if hupWhileStarting.Load() {
+		log.Info("got SIGHUP while starting; reloading configuration", "config", cfg.Path)
+		r.request()
+	}
+	status := exitOK
+loop:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				log.Info("got SIGHUP; reloading configuration", "config", cfg.Path)
+				r.request()
+				continue
+			}
+			log.Info("shutting down", "signal", osSignalName(sig))
+			break loop
+		case err := <-served:
+			log.Error("HTTP server failed; shutting down", "err", err)
+			served <- err // for shutdown below
+			status = exitFailure
+			break loop
+		case <-ctx.Done():
+			log.Info("shutting down", "reason", context.Cause(ctx))
+			break loop
+		}
+	}
+	r.stop()
+	if !shutdown(ctx, srv, served, h, log, sigs) {
+		status = exitFailure
+	}
+	if status == exitOK {
+		log.Info("stopped")
+	}
+	return status
+}
+
+// shutdown stops srv (in-flight requests may finish) and then h, each
+// within shutdownTimeout; a second SIGINT or SIGTERM cuts both short. It
+// reports whether everything stopped in time.
+func shutdown(ctx context.Context, srv *http.Server, served <-chan error, h *host.Host, log *slog.Logger, sigs <-chan os.Signal) bool {
+	force, forceCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer forceCancel()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue
+				}
+				log.Warn("second signal; stopping without waiting", "signal", osSignalName(sig))
+				forceCancel()
+			case <-done:
+				return
+			}
+		}
+	}()
+	defer func() { close(done); wg.Wait() }()
+
+	ok := true
+	hctx, hcancel := context.WithTimeout(force, shutdownTimeout)
+	if err := srv.Shutdown(hctx); err != nil {
+		log.Warn("HTTP requests still running; closing their connections", "err", err)
+		_ = srv.Close()
+		ok = false
+	}
+	hcancel()
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		ok = false
+	}
+	hctx, hcancel = context.WithTimeout(force, shutdownTimeout)
+	defer hcancel()
+	if err := h.Shutdown(hctx); err != nil {
+		log.Error("host did not shut down cleanly", "err", err)
+		ok = false
+	}
+	return ok
+}
+
+// watchStartSignals turns SIGINT and SIGTERM from sigs into a cancellation
+// (cause signalError) while the host starts, and records a SIGHUP in hup
+// (the configuration is reloaded once the host runs). The returned stop
+// ends the watch and waits for it.
+func watchStartSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, hup *atomic.Bool) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					hup.Store(true)
+					continue
+				}
+				ss, ok := sig.(syscall.Signal)
+				if !ok {
+					ss = syscall.SIGTERM
+				}
+				cancel(signalError{ss})
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+}
+
+// osSignalName names an os.Signal for logs.
+func osSignalName(sig os.Signal) string {
+	if ss, ok := sig.(syscall.Signal); ok {
+		return signalName(ss)
+	}
+	return sig.String()
+}
+
+// reloader runs host reloads one at a time in the background; requests
+// that come in while one runs are coalesced into one more.
+type reloader struct {
+	h      *host.Host
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	reqs   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newReloader(ctx context.Context, h *host.Host, log *slog.Logger) *reloader {
+	r := &reloader{h: h, log: log, reqs: make(chan struct{}, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			select {
+			case <-r.reqs:
+				reload(r.ctx, h, log)
+			case <-r.ctx.Done():
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// request asks for a reload; it never blocks.
+func (r *reloader) request() {
+	select {
+	case r.reqs <- struct{}{}:
+	default:
+		r.log.Info("a reload is already pending")
+	}
+}
+
+// stop cancels a running reload and waits for it.
+func (r *reloader) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// reload reloads the host's configuration file and logs the outcome:
+// the host logs success with the new generation; a failure is logged here,
+// one record per diagnostic, and the previous generation keeps serving.
+func reload(ctx context.Context, h *host.Host, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, reloadTimeout)
+	defer cancel()
+	err := h.Reload(ctx)
+	if err == nil {
+		return
+	}
+	var re *host.ReloadError
+	if errors.As(err, &re) {
+		logDiags(log, re.Files, re.Diags)
+		errs, _ := countDiags(re.Diags)
+		log.Error("reload failed; still serving the previous configuration", "generation", h.Generation(), "errors", errs)
+		return
+	}
+	log.Error("reload failed; still serving the previous configuration", "generation", h.Generation(), "err", err)
+}
