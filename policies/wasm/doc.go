@@ -1,0 +1,94 @@
+// Package wasm runs coordhost policies compiled to WebAssembly, on wazero.
+//
+// A Runtime compiles modules (once, with an optional on-disk compilation
+// cache) and Load turns one into a Module: a pool of at most GOMAXPROCS
+// instances, created lazily, each configured once, discarded after any
+// trap, deadline or bad result. A Module serves the policy kinds the binary
+// implements through Retry, Starvation and Partition; when the module fails
+// (or its circuit breaker is open) retry and starvation answers come from a
+// fallback policy and partition fails closed with an error wrapping
+// policies.ErrPartition.
+//
+// # The coordpol v1 ABI
+//
+// Every module exports
+//
+//	memory                            its own linear memory (imported memory is refused)
+//	policy_abi_version() i32          must return 1
+//	policy_io_ptr() i32               offset of the I/O area in memory
+//	policy_io_cap() i32               size of the I/O area in bytes
+//	policy_configure(len i32) i32     0 = ok
+//
+// and one or more of the kind exports, which Load detects by name and
+// checks by signature before anything is instantiated:
+//
+//	retry_decide(attempt i32, reason i32, elapsed_ms i64, hint_ms i64, rand i64) i64
+//	starvation_bound(readers i32, writers i32, oldest_writer_wait_ms i64) i64
+//	partition_key(in_len i32) i32
+//
+// policy_configure is called once per new instance after the host wrote the
+// config bytes (the JSON of the HCL `config` object; none when there is no
+// config) at the start of the I/O area. A non-zero result fails the
+// instance; a negative result r additionally means the I/O area starts with
+// a (-r-1)-byte UTF-8 error message.
+//
+// retry_decide inputs: attempt counts failed attempts (from 1, capped at
+// 2^31-1); reason is policies.RetryReason (1 contended, 2 error);
+// elapsed_ms is RetryRequest.Elapsed rounded down; hint_ms is
+// RetryRequest.HolderTTL rounded up, or -1 when unknown; rand is
+// RetryRequest.Rand's 64 bits. The i64 result encodes the decision:
+//
+//	r >= 0   policies.WaitForWake with Delay = r ms (0: no bound of its own)
+//	r == -1  policies.GiveUp
+//	r <= -2  policies.RetryAfter with Delay = (-r-2) ms
+//
+// A delay above MaxDelayMS (the largest time.Duration in ms) is a bad
+// result.
+//
+// starvation_bound inputs are StarvationRequest's fields (the wait rounded
+// down to ms); the result is the bound in ms, and a negative result (or one
+// above MaxDelayMS) means policies.Unbounded.
+//
+// partition_key: the host writes the request at the start of the I/O area
+// and passes its length. Every field is a u32 little-endian byte length
+// followed by the bytes: the kind, the name, then the attribute count (a
+// bare u32) and that many key, value pairs, sorted by key. The module
+// writes the key at the start of the I/O area and returns its length
+// (1..io_cap). A negative result r is the policy's own refusal, with a
+// (-r-1)-byte message at the start of the I/O area; the acquisition fails
+// closed with that message, but the module is not considered broken. An
+// empty key is refused the same way. A result above io_cap is a bad result.
+//
+// Scalars cross the boundary on the hot path; the only bytes are the
+// partition request and key.
+//
+// # Imports
+//
+// A module may import only functions, from two modules:
+//
+//   - policy_host: log(ptr i32, len i32) writes len bytes (truncated to 1
+//     KiB) at ptr to the module's slog.Logger at level Info. Each instance
+//     may log 100 lines a second; the excess is dropped and counted.
+//   - wasi_snapshot_preview1, which the Go wasip1 port needs. It is empty:
+//     no arguments, no environment, no files, no sockets; wazero's default
+//     fake clocks (they advance 1 ms per reading, sleeping returns at once)
+//     and deterministic random source. Standard output and error go to the
+//     logger, line by line (stderr at Warn, so a Go panic is visible).
+//
+// Anything else (another module, an unknown name, a different signature,
+// an imported memory, table or global) is refused by Load with an error
+// wrapping ErrImport that names the import. A WASI command (exporting
+// _start) is refused too: build Go policies with -buildmode=c-shared; their
+// _initialize export runs once per instance.
+//
+// # Deadlines
+//
+// Every call has a deadline of ModuleOptions.CallTimeout (default 50 ms),
+// enforced by wazero's WithCloseOnContextDone: the call ends with an error
+// and the instance is discarded. The deadline costs a context, a timer and
+// a wazero watchdog goroutine per call (the price of interruptibility,
+// which wazero pays on every call of a runtime that enables it). A module
+// loaded with CallTimeout = NoCallTimeout runs on a second wazero runtime
+// without termination checks: calls allocate nothing, but a call that never
+// returns cannot be stopped. Use it only for trusted, tested modules.
+package wasm
