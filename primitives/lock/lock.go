@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -243,16 +244,23 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	if l.fifo {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
 	}
-	lk, holderTTL, err := l.attemptFirst(ctx, req)
-	if err != nil && !handle.Retryable(ctx, err) {
-		return nil, err
-	}
-	if lk != nil {
-		return lk, nil
-	}
-	attempts := 1
-	if err != nil {
-		holderTTL = -1
+	attempts, holderTTL := 0, time.Duration(-1)
+	if l.fifo || !l.engine.Queued(req.key) {
+		// Local waiters already queued for this key: join them without an
+		// attempt; the head is registered for wake-ups and hands over in
+		// turn. Otherwise try once first (FIFO waiters always do, to take
+		// their place in the server's queue).
+		lk, ttl, err := l.attemptFirst(ctx, req)
+		if err != nil && !handle.Retryable(ctx, err) {
+			return nil, err
+		}
+		if lk != nil {
+			return lk, nil
+		}
+		attempts = 1
+		if err == nil {
+			holderTTL = ttl
+		}
 	}
 	var got *Lock
 	wreq := wait.Request{
@@ -417,24 +425,28 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 }
 
 // attemptFirst is the caller's first attempt, on the shared client. For a
-// plain lock (no fencing, FIFO or grant log) it sends SET NX PX, which costs
-// the server less than a script; only on contention does the script run,
-// to learn the holder's TTL and to tell a foreign value (WRONGTYPE) from a
-// holder.
+// plain lock (no fencing, FIFO or grant log) it sends SET NX GET PX (Redis
+// 7.0+), which costs the server less than a script and still answers in
+// one round trip: nil when granted, the holder's token when held, WRONGTYPE
+// for a foreign value. The holder's TTL is then unknown (-1); a waiter
+// learns it from its next attempt.
 func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Duration, error) {
 	if r.fence != "" || r.queue != "" || r.grants != "" {
 		return l.attemptOn(ctx, l.client, r)
 	}
 	sent := time.Now()
-	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
+	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
 	switch {
-	case err == nil:
-		return l.granted(ctx, r, sent, 0)
 	case rueidis.IsRedisNil(err):
-		return l.attemptOn(ctx, l.client, r)
+		return l.granted(ctx, r, sent, 0)
+	case err == nil:
+		return nil, -1, nil
 	case script.IsUncertain(err):
 		l.settle(ctx, r)
 		return nil, 0, uncertain(r.key, err)
+	}
+	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+		return nil, 0, fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, r.key, rerr.Error())
 	}
 	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
 }

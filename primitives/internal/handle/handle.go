@@ -9,41 +9,64 @@ import (
 )
 
 // State is the local view of one granted lease. Safe for concurrent use.
+//
+// The Done channel and its timer are made on the first call to Done: most
+// handles are released without anyone watching Done, and a timer per grant
+// is a measurable share of an uncontended acquire+release cycle.
 type State struct {
 	mu       sync.Mutex
 	deadline time.Time // local estimate of the server-side expiry
 	done     chan struct{}
 	timer    *time.Timer
-	closed   bool // done is closed
+	over     bool // Done is (or, once made, will be) closed: final
 	lost     bool // ownership lost or uncertain: renewals are refused locally
 	released bool // released through this handle
 }
 
 // New starts the estimate at sent+ttl, where sent was read before the
-// acquire command was written. Done closes when the estimate runs out.
+// acquire command was written.
 func New(sent time.Time, ttl time.Duration) *State {
-	s := &State{deadline: sent.Add(ttl), done: make(chan struct{})}
-	left := time.Until(s.deadline)
-	if left <= 0 {
-		s.closeLocked()
-		s.lost = true
-		return s
+	s := &State{deadline: sent.Add(ttl)}
+	if !time.Now().Before(s.deadline) {
+		s.over, s.lost = true, true
 	}
-	s.timer = time.AfterFunc(left, s.expire)
 	return s
+}
+
+// Done is closed when the estimate runs out, ownership is lost or
+// uncertain, or the lease is released. Closing is final.
+func (s *State) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+		if s.over || !time.Now().Before(s.deadline) {
+			s.over = true
+			close(s.done)
+		} else {
+			s.timer = time.AfterFunc(time.Until(s.deadline), s.expire)
+		}
+	}
+	return s.done
 }
 
 func (s *State) expire() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed && !time.Now().Before(s.deadline) {
-		s.closeLocked()
+	if !s.over && !time.Now().Before(s.deadline) {
+		s.finishLocked()
+	} else if !s.over {
+		s.timer.Reset(time.Until(s.deadline))
 	}
 }
 
-func (s *State) closeLocked() {
-	if !s.closed {
-		s.closed = true
+// finishLocked makes Done closed for good.
+func (s *State) finishLocked() {
+	if s.over && (s.done == nil || isClosed(s.done)) {
+		return
+	}
+	s.over = true
+	if s.done != nil {
 		close(s.done)
 	}
 	if s.timer != nil {
@@ -51,9 +74,14 @@ func (s *State) closeLocked() {
 	}
 }
 
-// Done is closed when the estimate runs out, ownership is lost or
-// uncertain, or the lease is released. Closing is final.
-func (s *State) Done() <-chan struct{} { return s.done }
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
 
 // Remaining returns the time left on the estimate, zero once lost or
 // released.
@@ -83,11 +111,15 @@ func (s *State) Renewed(sent time.Time, ttl time.Duration) {
 	if s.released {
 		return
 	}
-	s.deadline = sent.Add(ttl)
-	if s.closed {
-		return
+	if !s.over && !time.Now().Before(s.deadline) {
+		// The estimate ran out while the renewal was in flight: Done
+		// closes now even if nobody had asked for it yet.
+		s.finishLocked()
 	}
-	s.timer.Reset(time.Until(s.deadline))
+	s.deadline = sent.Add(ttl)
+	if !s.over && s.timer != nil {
+		s.timer.Reset(time.Until(s.deadline))
+	}
 }
 
 // Lost records that ownership is gone or uncertain: Done closes and later
@@ -96,7 +128,7 @@ func (s *State) Lost() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lost = true
-	s.closeLocked()
+	s.finishLocked()
 }
 
 // Released records a settled release (Released, AlreadyReleased or
@@ -105,7 +137,7 @@ func (s *State) Released() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.released = true
-	s.closeLocked()
+	s.finishLocked()
 }
 
 // IsReleased reports whether a release through this handle has settled.

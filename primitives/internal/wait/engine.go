@@ -391,6 +391,17 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecisio
 	return nil
 }
 
+// Queued reports whether local waiters are queued under queue (a
+// Request.Queue, or Key when Queue is empty). A newcomer may then join the
+// queue without an attempt of its own: the head is registered and will
+// hand over.
+func (e *Engine) Queued(queue string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q := e.queues[queue]
+	return q != nil && len(q.waiters) > 0
+}
+
 // Closed reports whether Close has been called.
 func (e *Engine) Closed() bool {
 	e.mu.Lock()
