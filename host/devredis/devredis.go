@@ -71,7 +71,7 @@ func FindServer(getenv func(string) string) (string, error) {
 	}
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		return "", fmt.Errorf("dev mode needs redis-server on PATH (or %s), or give -redis ADDR: %w", ServerEnv, err)
+		return "", fmt.Errorf("dev mode needs redis-server on PATH (or %s); or point coordhost at a server (a redis block, or -redis ADDR): %w", ServerEnv, err)
 	}
 	return path, nil
 }
@@ -128,7 +128,7 @@ func Start(ctx context.Context, opt Options) (_ *Server, err error) {
 	cmd.Stderr = logFile
 	// Own process group: a terminal's ^C must not stop the server before
 	// coordhost has released its lock; coordhost stops it at exit.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("dev mode: starting %s: %w", server, err)
 	}
@@ -213,7 +213,7 @@ func pingUnix(socket string) error {
 	return nil
 }
 
-// logTail returns the end of the server's log, formatted to follow an
+// LogTail returns the end of the server's log, formatted to follow an
 // error message, or "".
 func (d *Server) LogTail() string {
 	b, err := os.ReadFile(filepath.Join(d.dir, "redis.log"))
