@@ -91,7 +91,7 @@ func TestExampleFile(t *testing.T) {
 		Locks: []*Lock{
 			{Name: "invoice", TTL: 30 * time.Second, Fencing: true, Prefix: DefaultLockPrefix,
 				Retry: &PolicyRef{Kind: policies.KindRetry, Name: "fast"}},
-			{Name: "report", TTL: 2 * time.Minute, FIFO: true, Prefix: "app:reports:",
+			{Name: "report", TTL: 2 * time.Minute, FIFO: true, Prefix: "reports:",
 				Retry:     &PolicyRef{Kind: policies.KindRetry, Name: "gobackoff"},
 				Partition: &PolicyRef{Kind: policies.KindPartition, Name: "per_tenant"}},
 		},

@@ -81,7 +81,7 @@ lock "invoice" {
 lock "report" {
   ttl       = "2m"
   fifo      = true
-  prefix    = "app:reports:"
+  prefix    = "reports:"
   retry     = policy.retry.gobackoff
   partition = policy.partition.per_tenant
 }
