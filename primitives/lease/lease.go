@@ -156,20 +156,27 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 		return nil, err
 	}
 	start := time.Now()
-	l, holderTTL, err := ls.attempt(ctx, wait.Conn{}, req)
-	if err != nil && !handle.Retryable(ctx, err) {
-		return nil, err
-	}
-	if l != nil {
-		return l, nil
-	}
-	if err != nil {
-		holderTTL = -1
+	queue := req.key + "\x00" + req.field
+	attempts, holderTTL := 0, time.Duration(-1)
+	if !ls.engine.Queued(queue) {
+		// With local waiters already queued for the field, join them
+		// without an attempt: the head is registered and hands over.
+		l, ttl, err := ls.attempt(ctx, wait.Conn{}, req)
+		if err != nil && !handle.Retryable(ctx, err) {
+			return nil, err
+		}
+		if l != nil {
+			return l, nil
+		}
+		attempts = 1
+		if err == nil {
+			holderTTL = ttl
+		}
 	}
 	var got *Lease
 	werr := ls.engine.Wait(ctx, wait.Request{
-		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel,
-		Policy: ls.retry, Start: start, Attempts: 1, HolderTTL: holderTTL,
+		Key: req.key, Queue: queue, Channel: req.channel,
+		Policy: ls.retry, Start: start, Attempts: attempts, HolderTTL: holderTTL,
 	}, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
 		l, holderTTL, err := ls.attempt(ctx, c, req)
 		if err != nil {

@@ -76,7 +76,7 @@ func kinds() []kind {
 		{
 			name: "coordhost", blocking: true, countsOnClient: true,
 			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
-			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release; the first attempt of an acquire is a plain `SET NX PX` (since commit ffcbb96; before, it was the acquire script), the acquire script (EVALSHA) runs only on contention, Release is EVALSHA; Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
+			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release; the first attempt of an acquire is a plain `SET NX GET PX` (since commits ffcbb96 and the SET NX GET change; before, it was the acquire script) that also answers contention in one round trip; a waiter that finds local waiters queued on its key joins them without an attempt; the acquire script (EVALSHA) runs for waiting attempts, Release is EVALSHA; Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
 			new:        func(c implConfig) (impl, error) { return newCoordhost(c, coordhostPlain) },
 		},
 		{

@@ -252,7 +252,7 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 	o := r.opts
 	w("## 1. Uncontended acquire + release\n\n")
 	w("Cycles/s (one cycle = one non-waiting acquire + one release), N goroutines each on its own key, all on one client per implementation. Median of %d × %v; ratio vs the raw rueidis baseline; [min–max] over the repetitions.\n\n", o.reps, o.dur)
-	w("Since commit ffcbb96, `coordhost` (Fencing off) sends a plain `SET NX PX` as the first attempt of an acquire and runs its acquire script only on contention, so in this uncontended loop it sends the same commands as raw rueidis. `raw rueidis, Lua acquire` keeps the script-first shape every coordhost acquire had before (results from before the change: `git show d5f3721:bench/RESULTS.md`). Both fenced rows still run the script on every acquire.\n\n")
+	w("Since commit ffcbb96, `coordhost` (Fencing off) sends a plain `SET NX GET PX` as the first attempt of an acquire (one round trip also when the key is held; the acquire script runs only for waiting attempts), so in this uncontended loop it sends the same number of commands as raw rueidis. `raw rueidis, Lua acquire` keeps the script-first shape every coordhost acquire had before (results from before the change: `git show d5f3721:bench/RESULTS.md`). Both fenced rows still run the script on every acquire.\n\n")
 	w("| implementation |")
 	for _, c := range o.concs {
 		w(" %d goroutine%s |", c, plural(c))
@@ -434,7 +434,7 @@ func (r *report) clientCountNote(k kind, h *hoResult) string {
 		return fmt.Sprintf("%s: client-sent is counted on the client (%s).", k.name, how)
 	}
 	if ov := overlap(h.sent, k); len(ov) > 0 {
-		return fmt.Sprintf("%s sends %s directly as well as inside its scripts (the first attempt of an unfenced lock acquire is a plain `SET NX PX`; the acquire script runs only on contention), so subtracting the script-internal commands from the server's counts would undercount: its client-sent figure is counted on the client instead (%s), and the breakdown shows how many of a starred command were sent directly.", k.name, strings.Join(ov, ", "), how)
+		return fmt.Sprintf("%s sends %s directly as well as inside its scripts (the first attempt of an unfenced lock acquire is a plain `SET NX GET PX`; the acquire script runs only for waiting attempts), so subtracting the script-internal commands from the server's counts would undercount: its client-sent figure is counted on the client instead (%s), and the breakdown shows how many of a starred command were sent directly.", k.name, strings.Join(ov, ", "), how)
 	}
 	return fmt.Sprintf("%s: client-sent is counted on the client (%s); it sent none of its scripts' commands directly in the window.", k.name, how)
 }
