@@ -20,13 +20,14 @@ func BenchmarkRetryDecision(b *testing.B) {
 	for _, mod := range []struct{ name, path string }{{"wat", watConstant}, {"go", goBackoff}} {
 		for _, mode := range []string{"deadline", "nodeadline", "guarded-nodeadline"} {
 			b.Run(mod.name+"/"+mode, func(b *testing.B) {
-				o := ModuleOptions{}
+				o := ModuleOptions{CallTimeout: DefaultCallTimeout}
 				if mode == "nodeadline" {
 					o.CallTimeout = NoCallTimeout
 				}
 				m := load(b, r, mod.path, o)
 				if mode == "guarded-nodeadline" {
 					m.timeout = 0
+					m.drain() // the instance Load made has a deadline timer
 				}
 				p := m.Retry()
 				warm(b, m)
@@ -50,7 +51,7 @@ func BenchmarkRetryDecisionParallel(b *testing.B) {
 	req := policies.RetryRequest{Attempt: 3, Reason: policies.ReasonContended, Rand: 42}
 	for _, mode := range []string{"deadline", "nodeadline"} {
 		b.Run("go/"+mode, func(b *testing.B) {
-			o := ModuleOptions{}
+			o := ModuleOptions{CallTimeout: DefaultCallTimeout}
 			if mode == "nodeadline" {
 				o.CallTimeout = NoCallTimeout
 			}
@@ -71,7 +72,7 @@ func BenchmarkRetryDecisionParallel(b *testing.B) {
 // BenchmarkPartition measures one PartitionKey of the Go tenant example.
 func BenchmarkPartition(b *testing.B) {
 	r := newRuntime(b, RuntimeOptions{})
-	m := load(b, r, goTenant, ModuleOptions{})
+	m := load(b, r, goTenant, ModuleOptions{CallTimeout: DefaultCallTimeout})
 	warm(b, m)
 	p := m.Partition()
 	req := policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme", "route": "/pay"}}
@@ -90,7 +91,7 @@ func BenchmarkInstantiate(b *testing.B) {
 	r := newRuntime(b, RuntimeOptions{})
 	for _, mod := range []struct{ name, path string }{{"wat", watConstant}, {"go", goBackoff}} {
 		b.Run(mod.name, func(b *testing.B) {
-			m := load(b, r, mod.path, ModuleOptions{Config: []byte(`{"base_ms": 10}`)})
+			m := load(b, r, mod.path, ModuleOptions{CallTimeout: DefaultCallTimeout, Config: []byte(`{"base_ms": 10}`)})
 			var size uint32
 			b.ReportAllocs()
 			for b.Loop() {

@@ -85,10 +85,13 @@
 //
 // Every call has a deadline of ModuleOptions.CallTimeout (default 50 ms),
 // enforced by wazero's WithCloseOnContextDone: the call ends with an error
-// and the instance is discarded. The deadline costs a context, a timer and
-// a wazero watchdog goroutine per call (the price of interruptibility,
-// which wazero pays on every call of a runtime that enables it). A module
-// loaded with CallTimeout = NoCallTimeout runs on a second wazero runtime
-// without termination checks: calls allocate nothing, but a call that never
-// returns cannot be stopped. Use it only for trusted, tested modules.
+// and the instance is discarded. Each instance keeps one cancellable
+// context and one timer, re-armed per call, so the deadline allocates
+// nothing of its own; but a runtime with WithCloseOnContextDone starts a
+// watchdog goroutine for every call (about 1 µs and 3 allocations) and
+// adds termination checks to the compiled code. A module loaded with
+// CallTimeout = NoCallTimeout runs on a second wazero runtime without
+// them: a call allocates nothing and costs about 150–200 ns, but a call
+// that never returns cannot be stopped. Use it only for trusted, tested
+// modules.
 package wasm

@@ -127,7 +127,7 @@ func TestCompilationCacheReused(t *testing.T) {
 		defer r.Close(context.Background())
 		// WAT modules: compiling a Go module takes seconds under -race.
 		for _, p := range []string{testdata("echo"), watConstant} {
-			m, err := r.Load(context.Background(), readWasm(t, p), ModuleOptions{})
+			m, err := r.Load(context.Background(), readWasm(t, p), ModuleOptions{CallTimeout: testCallTimeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,6 +173,11 @@ func TestCloseAndReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	retry, part := m.Retry(), m.Partition()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := m.SelfTest(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("SelfTest with a cancelled ctx: %v", err)
+	}
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

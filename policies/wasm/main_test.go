@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -80,8 +81,18 @@ func newRuntime(t testing.TB, o RuntimeOptions) *Runtime {
 	return r
 }
 
+// testCallTimeout replaces the default deadline in tests that are not about
+// deadlines: a starved CPU (parallel test binaries under -race) can delay a
+// 150 ns call beyond 50 ms of wall-clock time.
+const testCallTimeout = 10 * time.Second
+
+// load loads path into r and closes it at the end of the test; a zero
+// CallTimeout becomes testCallTimeout.
 func load(t testing.TB, r *Runtime, path string, o ModuleOptions) *Module {
 	t.Helper()
+	if o.CallTimeout == 0 {
+		o.CallTimeout = testCallTimeout
+	}
 	m, err := r.Load(context.Background(), readWasm(t, path), o)
 	if err != nil {
 		t.Fatalf("Load %s: %v", path, err)

@@ -58,7 +58,7 @@ func (p retryPolicy) DecideRetry(r policies.RetryRequest) policies.RetryDecision
 	start := time.Now()
 	o := m.begin()
 	if o == OutcomeOK {
-		d, o2, err := m.callRetry(nil, r)
+		d, o2, err := m.callRetry(r)
 		m.finish(policies.KindRetry, start, o2, err, false)
 		if o2 == OutcomeOK {
 			return d
@@ -79,7 +79,7 @@ func (p starvationPolicy) WriterBound(r policies.StarvationRequest) time.Duratio
 	start := time.Now()
 	o := m.begin()
 	if o == OutcomeOK {
-		d, o2, err := m.callStarvation(nil, r)
+		d, o2, err := m.callStarvation(r)
 		m.finish(policies.KindStarvation, start, o2, err, false)
 		if o2 == OutcomeOK {
 			return d
@@ -107,7 +107,7 @@ func (p partitionPolicy) PartitionKey(r policies.PartitionRequest) (string, erro
 		m.finish(policies.KindPartition, start, o, nil, false)
 		return "", fmt.Errorf("%w: wasm module %q: %w", policies.ErrPartition, m.name, ErrCircuitOpen)
 	}
-	key, o, err := m.callPartition(nil, r)
+	key, o, err := m.callPartition(r)
 	m.finish(policies.KindPartition, start, o, err, false)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", policies.ErrPartition, err)
@@ -130,8 +130,8 @@ func (m *Module) acquireFor() (*instance, Outcome, error) {
 	}
 }
 
-// callRetry calls retry_decide. ctx nil means the instance's own context.
-func (m *Module) callRetry(ctx context.Context, r policies.RetryRequest) (policies.RetryDecision, Outcome, error) {
+// callRetry calls retry_decide.
+func (m *Module) callRetry(r policies.RetryRequest) (policies.RetryDecision, Outcome, error) {
 	in, o, err := m.acquireFor()
 	if err != nil {
 		return policies.RetryDecision{}, o, err
@@ -142,7 +142,7 @@ func (m *Module) callRetry(ctx context.Context, r policies.RetryRequest) (polici
 	s[2] = api.EncodeI64(floorMS(r.Elapsed))
 	s[3] = api.EncodeI64(hintMS(r.HolderTTL))
 	s[4] = r.Rand
-	if o, err := m.run(ctx, in, in.retry, s); err != nil {
+	if o, err := m.run(in, in.retry, s); err != nil {
 		return policies.RetryDecision{}, o, err
 	}
 	v := int64(s[0])
@@ -185,7 +185,7 @@ func hintMS(d time.Duration) int64 {
 }
 
 // callStarvation calls starvation_bound.
-func (m *Module) callStarvation(ctx context.Context, r policies.StarvationRequest) (time.Duration, Outcome, error) {
+func (m *Module) callStarvation(r policies.StarvationRequest) (time.Duration, Outcome, error) {
 	in, o, err := m.acquireFor()
 	if err != nil {
 		return 0, o, err
@@ -194,7 +194,7 @@ func (m *Module) callStarvation(ctx context.Context, r policies.StarvationReques
 	s[0] = api.EncodeI32(int32(min(max(r.Readers, 0), math.MaxInt32)))
 	s[1] = api.EncodeI32(int32(min(max(r.Writers, 0), math.MaxInt32)))
 	s[2] = api.EncodeI64(floorMS(r.OldestWriterWait))
-	if o, err := m.run(ctx, in, in.starv, s); err != nil {
+	if o, err := m.run(in, in.starv, s); err != nil {
 		return 0, o, err
 	}
 	m.release(in)
@@ -209,7 +209,7 @@ func (m *Module) callStarvation(ctx context.Context, r policies.StarvationReques
 // the key. Errors are the module's refusal (OutcomeRefused), a request too
 // large for the I/O area (OutcomeRefused too: the module is fine) or a
 // failure.
-func (m *Module) callPartition(ctx context.Context, r policies.PartitionRequest) (string, Outcome, error) {
+func (m *Module) callPartition(r policies.PartitionRequest) (string, Outcome, error) {
 	in, o, err := m.acquireFor()
 	if err != nil {
 		return "", o, err
@@ -227,7 +227,7 @@ func (m *Module) callPartition(ctx context.Context, r policies.PartitionRequest)
 	}
 	s := in.stack[:1]
 	s[0] = api.EncodeI32(int32(n))
-	if o, err := m.run(ctx, in, in.part, s); err != nil {
+	if o, err := m.run(in, in.part, s); err != nil {
 		return "", o, err
 	}
 	res := int32(s[0])
@@ -292,30 +292,33 @@ func encodePartition(buf []byte, r policies.PartitionRequest, keys *[]string) (i
 }
 
 // SelfTest calls every kind the module implements once with sample inputs,
-// bypassing the circuit breaker and the fallbacks, and returns the first
-// failure (wrapping ErrCall) or ErrClosed. A partition refusal is not a
+// bypassing the circuit breaker and the fallbacks, and returns the
+// failures (wrapping ErrCall) or ErrClosed. A partition refusal is not a
 // failure: the sample request may lack the attributes the policy needs.
-// ctx bounds the calls together with the module's CallTimeout. The host
-// runs it at load and reload.
+// Each call is bounded by the module's CallTimeout; ctx is checked between
+// calls. The host runs it at load and reload.
 func (m *Module) SelfTest(ctx context.Context) error {
 	if m.closed.Load() {
 		return fmt.Errorf("wasm: module %q: %w", m.name, ErrClosed)
 	}
 	var errs []error
 	for _, k := range m.kinds {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 		start := time.Now()
 		var o Outcome
 		var err error
 		switch k {
 		case policies.KindRetry:
-			_, o, err = m.callRetry(ctx, policies.RetryRequest{
+			_, o, err = m.callRetry(policies.RetryRequest{
 				Attempt: 1, Reason: policies.ReasonContended, Elapsed: 3 * time.Millisecond,
 				HolderTTL: 250 * time.Millisecond, Rand: 0x9E3779B97F4A7C15,
 			})
 		case policies.KindStarvation:
-			_, o, err = m.callStarvation(ctx, policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: 5 * time.Millisecond})
+			_, o, err = m.callStarvation(policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: 5 * time.Millisecond})
 		case policies.KindPartition:
-			_, o, err = m.callPartition(ctx, policies.PartitionRequest{
+			_, o, err = m.callPartition(policies.PartitionRequest{
 				Kind: "lock", Name: "selftest", Attributes: map[string]string{"tenant": "selftest", "route": "/"},
 			})
 		}

@@ -160,7 +160,8 @@ func (r *Runtime) engine(ctx context.Context, guarded bool) (*engine, error) {
 func allowedImportModule(m string) bool { return m == hostModuleName || m == wasiModuleName }
 
 // Close closes every Module loaded by r, then the wazero runtimes and the
-// compilation cache (the cache directory stays). Idempotent.
+// compilation cache (the cache directory stays). Close it after the calls
+// into its modules have returned. Idempotent.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
