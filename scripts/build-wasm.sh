@@ -7,6 +7,7 @@
 #   plugins/examples/wasm/gotenant/gotenant.wasm     (Go, wasip1 reactor)
 #   plugins/examples/wasm/wat/*.wasm                 (wat2wasm)
 #   policies/wasm/testdata/*.wasm                    (wat2wasm)
+#   host/testdata/*.wasm                             (wat2wasm)
 #
 # Usage: scripts/build-wasm.sh [--verify]
 #   --verify  build and compare with the committed files instead of
@@ -38,7 +39,7 @@ if ! command -v wat2wasm >/dev/null 2>&1; then
 fi
 
 go_modules=(gobackoff gotenant)
-wat_files=(plugins/examples/wasm/wat/*.wat policies/wasm/testdata/*.wat)
+wat_files=(plugins/examples/wasm/wat/*.wat policies/wasm/testdata/*.wat host/testdata/*.wat)
 
 # build DIR [GOCACHE]: writes every output under DIR, at its repository
 # path; with GOCACHE, the Go builds start from that (empty) build cache.
