@@ -308,3 +308,41 @@ func TestFieldExpiryWakesWaiter(t *testing.T) {
 	t.Logf("acquired %v after the field's expiry", time.Since(expires))
 	l.Release(ctx)
 }
+
+// The handle's entry points refuse bad input locally and leave the lease
+// as it was.
+func TestLeaseHandleBadInputs(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
+	c := s.Client(t)
+	ls := newLeases(t, c, lease.Options{})
+	ctx := ctxT(t, 10*time.Second)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, err := ls.TryAcquire(ctx, "h", "f", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, time.Microsecond} {
+		if ok, err := l.Renew(ctx, ttl); ok || !errors.Is(err, primitives.ErrInvalidTTL) {
+			t.Fatalf("Renew(%v): %v %v", ttl, ok, err)
+		}
+	}
+	if ok, err := l.Renew(cancelled, time.Second); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Renew(cancelled): %v %v", ok, err)
+	}
+	if _, err := l.Release(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Release(cancelled): %v", err)
+	}
+	if _, err := l.Verify(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Verify(cancelled): %v", err)
+	}
+	if ok, err := l.Verify(ctx); !ok || err != nil {
+		t.Fatalf("the bad calls disturbed the lease: %v %v", ok, err)
+	}
+	if got := s.MustCmd(t, "HGET", "h", "f"); got != l.Token() {
+		t.Fatalf("field holds %q", got)
+	}
+	if r, err := l.Release(ctx); r != primitives.Released || err != nil {
+		t.Fatal(r, err)
+	}
+}
