@@ -1,7 +1,8 @@
 // Command lockbench compares coordhost's lock with peer libraries
 // (bsm/redislock, redsync, rueidislock) and a raw rueidis baseline against
 // one Redis server it starts itself, in one run, measures coordhost's
-// hash-field lease on a second (Redis 8) server, and writes a Markdown
+// hash-field lease on a second (Redis 8) server, measures what consulting
+// a retry policy costs (native, WebAssembly, plugin), and writes a Markdown
 // report. See bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
@@ -42,6 +43,11 @@ type options struct {
 	leaseWaiters []int // section 5
 	prev         string
 	prevLabel    string
+	// section 6
+	policyCalls int    // timed calls per native or wasm row, over all repetitions
+	pluginCalls int    // the same for the plugin row
+	policyLoads int    // Loads kept alive for the heap per Load
+	pluginBin   string // a prebuilt example plugin; "" builds it
 }
 
 func main() {
@@ -58,16 +64,20 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "1235", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8")
+	flag.StringVar(&o.sections, "sections", "12356", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 6 policy consult cost (no Redis)")
 	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
 	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
+	flag.IntVar(&o.policyCalls, "policy-calls", 200_000, "section 6: individually timed calls per native or wasm row, split over -reps (and as many untimed ones for the allocation count)")
+	flag.IntVar(&o.pluginCalls, "plugin-calls", 20_000, "section 6: the same for the plugin row")
+	flag.IntVar(&o.policyLoads, "policy-loads", 8, "section 6: wasm Loads kept alive to measure the heap per Load and the instantiation time")
+	flag.StringVar(&o.pluginBin, "plugin-bin", "", "section 6: a prebuilt example plugin (default: go build ./plugins/examples/plugin of the main module into a temporary directory)")
 	flag.Parse()
 	o.concs = []int{1, 8, 64}
 	o.waiters = []int{1, 10, 100}
 	o.statsWaiters = 100
 	o.leaseWaiters = []int{1, 100}
-	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 {
-		fatalf("-reps, -handoffs and -crash-reps must be positive")
+	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 || o.policyCalls < 1 || o.pluginCalls < 1 || o.policyLoads < 1 {
+		fatalf("-reps, -handoffs, -crash-reps, -policy-calls, -plugin-calls and -policy-loads must be positive")
 	}
 	var prev *prevResults
 	if o.prev != "" {
@@ -77,9 +87,14 @@ func main() {
 		}
 		prev = p
 	}
-	bin7, err := redis7Binary()
-	if err != nil {
-		fatalf("%v", err)
+	// Section 6 needs no Redis.
+	needRedis := strings.ContainsAny(o.sections, "1235")
+	var bin7 string
+	var err error
+	if needRedis {
+		if bin7, err = redis7Binary(); err != nil {
+			fatalf("%v", err)
+		}
 	}
 	var bin8 string
 	if strings.Contains(o.sections, "5") {
@@ -89,11 +104,7 @@ func main() {
 	}
 
 	start := time.Now()
-	srv, err := startServer(bin7)
-	if err != nil {
-		fatalf("%v", err)
-	}
-	var servers = []*server{srv}
+	var servers []*server
 	var serversMu sync.Mutex
 	stopAll := func() {
 		serversMu.Lock()
@@ -101,6 +112,14 @@ func main() {
 		for _, s := range servers {
 			s.stop()
 		}
+		removeTemps()
+	}
+	var srv *server
+	if needRedis {
+		if srv, err = startServer(bin7); err != nil {
+			fatalf("%v", err)
+		}
+		servers = append(servers, srv)
 	}
 	cleanup = stopAll
 	sigc := make(chan os.Signal, 1)
@@ -111,7 +130,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "lockbench: %v: servers stopped\n", s)
 		os.Exit(130)
 	}()
-	logf("redis %s (%s) on %s; GOMAXPROCS=%d", srv.version, srv.bin, srv.addr, runtime.GOMAXPROCS(0))
+	if srv != nil {
+		logf("redis %s (%s) on %s; GOMAXPROCS=%d", srv.version, srv.bin, srv.addr, runtime.GOMAXPROCS(0))
+	} else {
+		logf("no Redis needed; GOMAXPROCS=%d", runtime.GOMAXPROCS(0))
+	}
 
 	rep := &report{opts: o, start: start, server: srv, prev: prev}
 	if strings.Contains(o.sections, "1") {
@@ -140,6 +163,16 @@ func main() {
 		rep.server8 = srv8
 		rep.lease = sectionHandoff(srv8, o, leaseKinds(), o.leaseWaiters, "5")
 		srv8.stop()
+	}
+	if strings.Contains(o.sections, "6") {
+		// In-process only: stop the Redis server(s) first, so the section
+		// has the CPUs to itself.
+		serversMu.Lock()
+		for _, s := range servers {
+			s.stop()
+		}
+		serversMu.Unlock()
+		rep.policy = sectionPolicy(o)
 	}
 	rep.elapsed = time.Since(start)
 	stopAll()
@@ -353,6 +386,28 @@ func median(v []float64) float64 {
 
 // cleanup stops the server on fatal errors.
 var cleanup func()
+
+var (
+	tempsMu sync.Mutex
+	temps   []string
+)
+
+// removeOnExit has dir removed when the program ends, also on fatal errors
+// and Ctrl-C.
+func removeOnExit(dir string) {
+	tempsMu.Lock()
+	temps = append(temps, dir)
+	tempsMu.Unlock()
+}
+
+func removeTemps() {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	for _, d := range temps {
+		os.RemoveAll(d)
+	}
+	temps = nil
+}
 
 func fatalf(format string, args ...any) {
 	if cleanup != nil {

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coordhost/coordhost/policies/plugin"
+	"github.com/coordhost/coordhost/policies/wasm"
 )
 
 type report struct {
@@ -24,6 +27,7 @@ type report struct {
 	server8 *server             // section 5's Redis 8 server
 	lease   map[hoKey]*hoResult // section 5
 	prev    *prevResults        // -prev
+	policy  *policyResult       // section 6
 }
 
 // adminCmds are the benchmark's own commands, left out of the counts.
@@ -118,12 +122,20 @@ func (r *report) markdown() string {
 	w("| date | %s |\n", r.start.UTC().Format("2006-01-02 15:04 MST"))
 	w("| Go | %s %s/%s |\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	w("| GOMAXPROCS / CPUs | %d / %d |\n", runtime.GOMAXPROCS(0), runtime.NumCPU())
-	w("| Redis | %s (`%s`), one server on 127.0.0.1 started by the program, `--save '' --appendonly no`; Go program and server share the CPUs |\n", r.server.version, r.server.bin)
+	if r.server != nil {
+		w("| Redis | %s (`%s`), one server on 127.0.0.1 started by the program, `--save '' --appendonly no`; Go program and server share the CPUs |\n", r.server.version, r.server.bin)
+	} else {
+		w("| Redis | not started (no section that needs it was run) |\n")
+	}
 	if r.server8 != nil {
 		w("| Redis, section 5 | %s (`%s`), a second server started the same way for section 5 only (hash-field expiry needs ≥ 7.4); the first one idles meanwhile |\n", r.server8.version, r.server8.bin)
 	}
-	w("| repetitions | throughput: %d × %v after %v warm-up per cell, median; handoff: %d handoffs per configuration after %d discarded; crash: %d per configuration |\n",
+	w("| repetitions | throughput: %d × %v after %v warm-up per cell, median; handoff: %d handoffs per configuration after %d discarded; crash: %d per configuration",
 		o.reps, o.dur, o.warm, o.handoffs, o.handoffWarm, o.crashReps)
+	if r.policy != nil {
+		w("; policy consult: %d timed + %d untimed calls per native/wasm row, %d + %d for the plugin, over %d repetitions, median", o.policyCalls, o.policyCalls, o.pluginCalls, o.pluginCalls, o.reps)
+	}
+	w(" |\n")
 	w("| libraries | %s |\n", depVersions())
 	w("| run time | %v |\n\n", r.elapsed.Round(time.Second))
 
@@ -143,6 +155,9 @@ func (r *report) markdown() string {
 	if r.lease != nil {
 		r.sectionLease(w)
 	}
+	if r.policy != nil {
+		r.sectionPolicy(w)
+	}
 	w("## Implementations\n\n")
 	for _, k := range append(kinds(), leaseKinds()...) {
 		w("- **%s**: %s.\n", k.name, k.note)
@@ -159,7 +174,11 @@ func verdict(ok bool) string {
 
 func (r *report) targets(w func(string, ...any)) {
 	w("## Targets\n\n")
-	w("A throughput target passes only if both the ratio of the medians and the median of the same-repetition ratios meet it (the machine's load drifts; pairs measured seconds apart cancel most of it). Crash handoff: every repetition must meet it.\n\n")
+	w("A throughput target passes only if both the ratio of the medians and the median of the same-repetition ratios meet it (the machine's load drifts; pairs measured seconds apart cancel most of it). Crash handoff: every repetition must meet it.")
+	if r.policy != nil {
+		w(" Policy consult (section 6): latencies are the median over the repetitions of each repetition's percentile, measured per call with the clock read included; a wasm or plugin row whose policy failed even once (answered by the fallback) misses its target.")
+	}
+	w("\n\n")
 	w("| target | measured | verdict |\n|---|---|---|\n")
 	if r.throughput != nil {
 		for _, t := range []struct {
@@ -217,6 +236,9 @@ func (r *report) targets(w func(string, ...any)) {
 		} else {
 			w("| ≤ 5 commands per release with %d local waiters | not measured (run timed out) | **MISS** |\n", r.opts.statsWaiters)
 		}
+	}
+	if r.policy != nil {
+		r.policyTargets(w)
 	}
 	w("\n")
 }
@@ -485,7 +507,7 @@ func depVersions() string {
 	if !ok {
 		return "unknown (no build info)"
 	}
-	want := []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9", "github.com/redis/rueidis"}
+	want := []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9", "github.com/redis/rueidis", "github.com/tetratelabs/wazero", "github.com/hashicorp/go-plugin", "google.golang.org/grpc"}
 	var out []string
 	for _, d := range bi.Deps {
 		if slices.Contains(want, d.Path) {
@@ -634,4 +656,133 @@ func perRelease(m map[string]int64, n int) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ---- section 6 ----
+
+// consultOK reports whether every decision of row c came from its policy
+// (no failure answered by a fallback).
+func consultOK(c *consultResult) bool {
+	return c != nil && len(c.p50) > 0 && c.failures == 0 && c.fallbacks == 0
+}
+
+func (r *report) policyTargets(w func(string, ...any)) {
+	p := r.policy
+	lat := func(key, what string, limit time.Duration) {
+		c := p.row(key)
+		if c == nil {
+			w("| %s | not run | **MISS** |\n", what)
+			return
+		}
+		m := medianDur(c.p50)
+		meas := fmt.Sprintf("median %s (per-rep medians %s–%s)", ns(m), ns(slices.Min(c.p50)), ns(slices.Max(c.p50)))
+		if c.failures+c.fallbacks > 0 {
+			meas += fmt.Sprintf(", %d failures / %d fallbacks", c.failures, c.fallbacks)
+		}
+		w("| %s | %s | %s |\n", what, meas, verdict(consultOK(c) && m <= limit))
+	}
+	if t := p.row(rowTimer); t != nil {
+		c := p.row(rowNative)
+		what := "native `builtin.Exponential{}` ≤ 50 ns median per consult"
+		if c != nil {
+			m := medianDur(c.p50)
+			w("| %s | median %s per individually timed call (the clock alone: %s; untimed loop: %.1f ns/call) | %s |\n",
+				what, ns(m), ns(medianDur(t.p50)), median(c.mean), verdict(len(c.p50) > 0 && m <= 50*time.Nanosecond))
+		} else {
+			w("| %s | not run | **MISS** |\n", what)
+		}
+	}
+	lat(rowWATNone, "wasm WAT ≤ 1 µs median without the deadline (`NoCallTimeout`)", time.Microsecond)
+	lat(rowGoNone, "wasm Go ≤ 1 µs median without the deadline (`NoCallTimeout`)", time.Microsecond)
+	lat(rowWATDeadline, fmt.Sprintf("wasm WAT ≤ 5 µs median with the %v deadline", wasm.DefaultCallTimeout), 5*time.Microsecond)
+	lat(rowGoDeadline, fmt.Sprintf("wasm Go ≤ 5 µs median with the %v deadline", wasm.DefaultCallTimeout), 5*time.Microsecond)
+	if c := p.row(rowGoDeadlinePar); c != nil {
+		lat(rowGoDeadlinePar, fmt.Sprintf("same, Go, %d goroutines at once (stricter reading)", c.goroutines), 5*time.Microsecond)
+	}
+	for _, x := range []struct{ key, deadlineKey, name string }{{rowWATNone, rowWATDeadline, "WAT"}, {rowGoNone, rowGoDeadline, "Go"}} {
+		c := p.row(x.key)
+		what := fmt.Sprintf("zero allocations per wasm %s call without the deadline (< 0.01 per call, process-wide mallocs)", x.name)
+		if c == nil || len(c.mallocs) == 0 {
+			w("| %s | not run | **MISS** |\n", what)
+			continue
+		}
+		var sum uint64
+		for _, m := range c.mallocs {
+			sum += m
+		}
+		per := float64(sum) / float64(c.untimed)
+		meas := fmt.Sprintf("%.2f per call (%d mallocs in %d calls)", per, sum, c.untimed)
+		if d := p.row(x.deadlineKey); d != nil && len(d.allocs) > 0 {
+			meas += fmt.Sprintf("; with the deadline (no target): %.2f per call", median(d.allocs))
+		}
+		w("| %s | %s | %s |\n", what, meas, verdict(consultOK(c) && per < 0.01))
+	}
+	if c := p.row(rowPlugin); c != nil {
+		m := medianDur(c.p99)
+		meas := fmt.Sprintf("p99 %s (per-rep p99s %s–%s), median %s", ns(m), ns(slices.Min(c.p99)), ns(slices.Max(c.p99)), ns(medianDur(c.p50)))
+		if c.failures+c.fallbacks > 0 {
+			meas += fmt.Sprintf(", %d failures / %d fallbacks", c.failures, c.fallbacks)
+		}
+		w("| plugin p99 ≤ 500 µs per consult (default call timeout) | %s | %s |\n", meas, verdict(consultOK(c) && m <= 500*time.Microsecond))
+	}
+}
+
+func (r *report) sectionPolicy(w func(string, ...any)) {
+	o, p := r.opts, r.policy
+	w("## 6. Policy consult cost\n\n")
+	w("What one retry decision costs the waiter that asks for it: `DecideRetry` through the `policies.RetryPolicy` interface, as the lock calls it, cycling through 1024 varied requests (attempts 1–12, 1 in 8 with reason error, elapsed up to 2 s, the holder's TTL unknown in 1 in 4, random bits). No Redis: the servers are stopped before this section. ")
+	w("In each of %d repetitions a row makes %d calls (the plugin %d), each timed on its own with `time.Now`/`time.Since` — so every latency includes about one clock read; the *clock only* row is that floor — and then as many calls in a loop without per-call timing, around which `runtime.ReadMemStats` gives the allocations (the process-wide `Mallocs` delta divided by the calls) and the wall clock the *untimed mean* per call. ",
+		o.reps, max(o.policyCalls/o.reps, 1), max(o.pluginCalls/o.reps, 1))
+	w("Rows run in a rotating order each repetition after an untimed warm-up; the plugin runs last and alone (its health pings and gRPC goroutines would otherwise count in the other rows' allocations). Cells: the median over the repetitions of each repetition's p50 and p99, and the min–max of the per-repetition p50s. The parallel row runs GOMAXPROCS goroutines at once on one module (its pool holds at most GOMAXPROCS instances); its latencies are pooled over the goroutines and its untimed mean is wall time × goroutines / calls, i.e. per call as one goroutine sees it.\n\n")
+	w("| policy | call | goroutines | p50 | p99 | p50 per rep | untimed mean | allocs/call | failures / fallbacks |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range p.rows {
+		if len(c.p50) == 0 {
+			continue
+		}
+		mean, allocs, fails := "–", "–", "–"
+		if len(c.mean) > 0 {
+			mean = ns(time.Duration(median(c.mean)))
+			if median(c.mean) < 100 {
+				mean = fmt.Sprintf("%.1f ns", median(c.mean))
+			}
+			allocs = fmt.Sprintf("%.2f", median(c.allocs))
+		}
+		if c.key != rowTimer && c.key != rowNative {
+			fails = fmt.Sprintf("%d / %d", c.failures, c.fallbacks)
+		}
+		w("| %s | %s | %d | %s | %s | %s–%s | %s | %s | %s |\n", c.policy, c.call, c.goroutines,
+			ns(medianDur(c.p50)), ns(medianDur(c.p99)), ns(slices.Min(c.p50)), ns(slices.Max(c.p50)), mean, allocs, fails)
+	}
+	if c := p.row(rowGoDeadlinePar); c != nil && len(c.rates) > 0 {
+		s := p.row(rowGoDeadline)
+		w("\nParallel row: %s decisions/s over its %d goroutines while timed (median over repetitions)", num(median(c.rates)), c.goroutines)
+		if s != nil && len(s.rates) > 0 {
+			w(", against %s/s from one goroutine", num(median(s.rates)))
+		}
+		w(".")
+	}
+	w(" The wasm modules were loaded with `FallbackRetry: builtin.Exponential{}` (what the host passes) and configs `%s` (WAT: the delay in ms) and `%s` (Go); a failed call would be answered by the fallback and show in the last column. The plugin is the example plugin", watConfig, goConfig)
+	if p.built {
+		w(", built by this run with `go build %s` from the main module", pluginPkg)
+	} else {
+		w(" given with `-plugin-bin`")
+	}
+	w(", sha256 `%s…` computed at run time, launched with `plugin.Options` defaults (health ping every %v, `CallTimeout` %v); its allocations are the host process's only.\n\n", p.pluginSum[:12], plugin.DefaultHealthInterval, plugin.DefaultCallTimeout)
+
+	w("**Instantiation and memory per instance.** The Loads use the default `CallTimeout` (the interruptible runtime). *Load, empty cache*: `Runtime.Load` on a new runtime whose on-disk compilation cache is empty (compile + the first instance, which `Load` creates and configures); *new runtime, disk cache*: the same on a second new runtime reading that cache; then %d more Loads on one runtime, each kept open (the compiled code is shared): *Load* is their median wall time and *instantiate + configure* their median [min–max] `Module.Stats().InstantiateTime` — `Load` creates exactly one instance, so that is one `InstantiateModule` (a Go guest's runtime initialisation runs in it), the ABI checks and `policy_configure`. ", o.policyLoads)
+	w("Heap figures are Go heap deltas read with `runtime.ReadMemStats` after two `runtime.GC` calls, as *live* bytes (`HeapAlloc`: the objects still reachable) and, in parentheses, bytes *in use* (`HeapInuse`: the spans holding them, free room included); the instance's linear memory is on the Go heap (wazero allocates it with `make`), compiled machine code is mmapped outside it and not counted. ")
+	w("*Heap per Load*: before and after those %d Loads, divided by %d — the decoded module, the pool and its one instance. ", o.policyLoads, o.policyLoads)
+	w("*Heap per extra instance*: one more module, loaded with `NoCallTimeout` (with a deadline every call starts a watchdog goroutine, and the goroutine descriptors the Go runtime keeps for reuse would count as instance memory; the deadline's own per-instance state is a timer and a context) and with GOMAXPROCS raised to 8 for the Load (the pool is sized by GOMAXPROCS) and while 8 goroutines call it until the pool holds 8 instances (the OS preempts threads inside calls, so the pool grows); after − before, divided by the instances added; GOMAXPROCS is restored afterwards.\n\n")
+	w("| module | size | Load, empty cache | Load, new runtime, disk cache | Load (median of %d) | instantiate + configure | heap per Load: live (in use) | heap per extra instance: live (in use) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", o.policyLoads)
+	for _, in := range p.inst {
+		extra := fmt.Sprintf("%s (%s)", bytesStr(in.liveInst), bytesStr(in.inuseInst))
+		if in.forced < in.forcedCap {
+			extra += fmt.Sprintf(", only %d of %d instances were created", in.forced, in.forcedCap)
+		} else {
+			extra += fmt.Sprintf(", %d instances", in.forced)
+		}
+		w("| %s | %s | %s | %s | %s | %s [%s–%s] | %s (%s) | %s |\n", in.name, bytesStr(float64(in.size)), ns(in.loadCold), ns(in.loadDisk),
+			ns(medianDur(in.loads)), ns(medianDur(in.inst)), ns(slices.Min(in.inst)), ns(slices.Max(in.inst)), bytesStr(in.liveLoad), bytesStr(in.inuseLoad), extra)
+	}
+	w("\n")
 }
