@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,27 +19,6 @@ import (
 // The tests of package host/devredis (Start, Stop, sockets, bad starts)
 // live here until that package has tests of its own; TestDevRedisCommand
 // tests `coordhost dev-redis` itself.
-
-// pingUnix sends one PING over the unix socket and expects +PONG.
-func pingUnix(socket string) error {
-	c, err := net.DialTimeout("unix", socket, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("unexpected reply %q", line)
-	}
-	return nil
-}
 
 // tempDirEntries lists the dev-mode directories in dir.
 func tempDirEntries(t *testing.T, dir string) []string {
@@ -129,7 +105,7 @@ func TestDevRedisExplicitSocket(t *testing.T) {
 	if d.Socket() != sock {
 		t.Fatalf("socket %s, want %s", d.Socket(), sock)
 	}
-	if err := pingUnix(sock); err != nil {
+	if err := devredis.Ping(sock); err != nil {
 		t.Fatal(err)
 	}
 
@@ -138,7 +114,7 @@ func TestDevRedisExplicitSocket(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "already listening on "+sock) {
 		t.Fatalf("second server on the same socket: err = %v", err)
 	}
-	if err := pingUnix(sock); err != nil {
+	if err := devredis.Ping(sock); err != nil {
 		t.Fatalf("first server broken by the second attempt: %v", err)
 	}
 
@@ -271,7 +247,7 @@ func TestDevRedisCommand(t *testing.T) {
 				t.Fatalf("socket %s, want %s", m[1], sock)
 			}
 			pid, _ := strconv.Atoi(m[2])
-			if err := pingUnix(sock); err != nil {
+			if err := devredis.Ping(sock); err != nil {
 				t.Fatal(err)
 			}
 			p.signal(t, sig)

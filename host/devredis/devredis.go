@@ -177,7 +177,7 @@ func (d *Server) waitReady(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if pingUnix(d.socket) == nil {
+		if Ping(d.socket) == nil {
 			return nil
 		}
 		select {
@@ -192,8 +192,8 @@ func (d *Server) waitReady(ctx context.Context) error {
 	}
 }
 
-// pingUnix sends one PING over the unix socket and expects +PONG.
-func pingUnix(socket string) error {
+// Ping sends one PING over the unix socket and expects +PONG.
+func Ping(socket string) error {
 	c, err := net.DialTimeout("unix", socket, time.Second)
 	if err != nil {
 		return err
