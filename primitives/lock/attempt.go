@@ -1,0 +1,265 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/redis/rueidis"
+)
+
+// prepare validates one acquire of key and builds its request; nothing is
+// sent. Fenced acquires go through prepareFenced.
+func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*request, error) {
+	if err := l.check(ctx); err != nil {
+		return nil, err
+	}
+	full, err := l.space.Key(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+	}
+	r := &request{key: full, channel: l.space.Channel("rel", key)}
+	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
+		return nil, err
+	}
+	if l.fence {
+		if r.fence, err = l.space.Derived("fence", key); err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+	}
+	if l.fifo {
+		if r.queue, err = l.space.Derived("queue", key); err == nil {
+			r.deadlines, err = l.space.Derived("queue-deadlines", key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.queueMs = "0"
+	}
+	return l.finish(ctx, r, key)
+}
+
+func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string, ttl time.Duration) (*request, error) {
+	if err := l.check(ctx); err != nil {
+		return nil, err
+	}
+	full, err := l.space.Key(leaseKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: lease key: %w", primitives.ErrInvalidKey, err)
+	}
+	counter, err := l.space.Key(counterKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: lock: counter key: %w", primitives.ErrInvalidKey, err)
+	}
+	if full == counter {
+		return nil, fmt.Errorf("%w: lock: lease key and counter key are both %q", primitives.ErrInvalidKey, full)
+	}
+	if a, b := keys.Slot(full), keys.Slot(counter); a != b {
+		return nil, fmt.Errorf("%w: lock: lease key %q (slot %d) and counter key %q (slot %d) are in different cluster slots; give them one hash tag", primitives.ErrInvalidKey, full, a, counter, b)
+	}
+	r := &request{key: full, fence: counter, channel: l.space.Channel("rel", leaseKey)}
+	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
+		return nil, err
+	}
+	if l.fifo {
+		if r.queue, err = l.space.Derived("queue", leaseKey); err == nil {
+			r.deadlines, err = l.space.Derived("queue-deadlines", leaseKey)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.queueMs = "0"
+	}
+	return l.finish(ctx, r, leaseKey)
+}
+
+func (l *Locker) check(ctx context.Context) error {
+	if l == nil || l.client == nil {
+		return fmt.Errorf("%w: lock: nil Locker (use lock.New)", primitives.ErrInvalidOptions)
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: lock: nil context", primitives.ErrInvalidOptions)
+	}
+	return nil
+}
+
+// finish fills what every request needs once its keys are valid.
+func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, error) {
+	r.token = rand.Text()
+	if l.grantLog {
+		var err error
+		if r.grants, err = l.space.Derived("grants", key); err != nil {
+			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		}
+	}
+	if l.engine.Closed() {
+		return nil, fmt.Errorf("lock %q: %w", r.key, primitives.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock %q: %w", r.key, err)
+	}
+	return r, nil
+}
+
+// leaseMillis rounds ttl up to whole milliseconds; PX 0 would delete the
+// key, so anything below 1ms is refused.
+func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
+	d, ms, err := handle.Millis(ttl)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: lock: %w", primitives.ErrInvalidTTL, err)
+	}
+	return d, ms, nil
+}
+
+// attempt runs the acquire script once on c. It returns the lock, or nil
+// and the holder's TTL, or an error. After an uncertain outcome it releases
+// the token best effort before returning the error.
+func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+	return l.attemptOn(ctx, c, r)
+}
+
+// attemptFirst is the caller's first attempt, on the shared client. For a
+// plain lock (no fencing, FIFO or grant log) it sends SET NX GET PX (Redis
+// 7.0+), which costs the server less than a script and still answers in
+// one round trip: nil when granted, the holder's token when held, WRONGTYPE
+// for a foreign value. The holder's TTL is then unknown (-1); a waiter
+// learns it from its next attempt.
+func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Duration, error) {
+	if r.fence != "" || r.queue != "" || r.grants != "" {
+		return l.attemptOn(ctx, l.client, r)
+	}
+	sent := time.Now()
+	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return l.granted(ctx, r, sent, 0)
+	case err == nil:
+		return nil, -1, nil
+	case script.IsUncertain(err):
+		l.settle(ctx, r)
+		return nil, 0, uncertain(r.key, err)
+	}
+	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
+		return nil, 0, fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, r.key, rerr.Error())
+	}
+	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
+}
+
+func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+	sc, keys, args := acquireScript, []string{r.key}, []string{r.token, r.ms}
+	if r.queue != "" {
+		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs)
+	}
+	if r.fence != "" {
+		keys = append(keys, r.fence)
+	}
+	if r.grants != "" && r.queue == "" {
+		keys, args = append(keys, r.grants), append(args, "1")
+	}
+	sent := time.Now()
+	vals, err := sc.Run(ctx, c, keys, args).ToArray()
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("lock: acquire script returned %d values, want 2", len(vals))
+	}
+	if err != nil {
+		err = sc.Classify(err)
+		if script.IsUncertain(err) {
+			l.settle(ctx, r)
+			return nil, 0, uncertain(r.key, err)
+		}
+		return nil, 0, mapScriptErr(r.key, err)
+	}
+	flag, err := vals[0].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("lock %q: acquire script: %w", r.key, err)
+	}
+	if flag == 0 {
+		pttl, err := vals[1].AsInt64()
+		if err != nil {
+			return nil, 0, fmt.Errorf("lock %q: acquire script: %w", r.key, err)
+		}
+		return nil, time.Duration(pttl) * time.Millisecond, nil
+	}
+	var fence int64
+	if r.fence != "" {
+		s, err := vals[1].ToString()
+		if err == nil {
+			fence, err = strconv.ParseInt(s, 10, 64)
+		}
+		if err != nil {
+			l.settle(ctx, r)
+			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
+		}
+	}
+	return l.granted(ctx, r, sent, fence)
+}
+
+// granted builds the handle for a grant whose command was sent at sent.
+func (l *Locker) granted(ctx context.Context, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
+	st := handle.New(sent, r.ttl)
+	if st.Remaining() == 0 {
+		// The grant arrived after the whole lease had run out locally: not
+		// acquired, and someone else may already hold it.
+		l.settle(ctx, r)
+		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
+	}
+	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
+}
+
+// settle releases r's token best effort, on a context that survives the
+// caller's cancellation but is bounded.
+func (l *Locker) settle(ctx context.Context, r *request) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
+	defer cancel()
+	if r.queue != "" {
+		_ = leaveScript.Run(ctx, l.client, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel}).Error()
+		return
+	}
+	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
+}
+
+func uncertain(key string, err error) error {
+	return &handle.UncertainAcquire{Name: fmt.Sprintf("lock %q", key), Settled: "released best effort", Err: err}
+}
+
+func mapScriptErr(key string, err error) error {
+	var se *script.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case script.CodeWrongType:
+			return fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, key, se.Msg)
+		case script.CodeBadCounter:
+			return fmt.Errorf("%w: lock %q: %s", primitives.ErrCorruptCounter, key, se.Msg)
+		}
+	}
+	return fmt.Errorf("lock %q: %w", key, err)
+}
+
+func notAcquired(key string, holderTTL time.Duration) error {
+	if holderTTL >= 0 {
+		return fmt.Errorf("%w: lock %q is held (expires in %v)", primitives.ErrNotAcquired, key, holderTTL)
+	}
+	return fmt.Errorf("%w: lock %q is held", primitives.ErrNotAcquired, key)
+}
+
+// request is one validated acquire: keys are copies, safe to keep.
+type request struct {
+	key, fence, channel string
+	queue, deadlines    string        // FIFO only
+	ttl                 time.Duration // rounded up to whole ms
+	ms                  string
+	token               string
+	seq                 string // FIFO arrival sequence
+	queueMs             string // FIFO queue entry lease; "0" = do not queue
+	grants              string // test-only grant log key (see grantLog)
+}
