@@ -14,6 +14,7 @@ import (
 // plugin's stdout or stderr open would keep go-plugin waiting.
 func isolate(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 	cmd.Cancel = func() error { return killGroup(cmd) }
 }
 

@@ -59,6 +59,10 @@ const DefaultPollInterval = 100 * time.Millisecond
 // attempt lands after the server considers the key expired.
 const expiryMargin = time.Millisecond
 
+// minRetryAfter floors a RetryAfter decision, so no policy can make a
+// waiter hammer Redis.
+const minRetryAfter = 5 * time.Millisecond
+
 // Errors returned by Wait.
 var (
 	ErrGaveUp = errors.New("retry policy gave up")
@@ -106,6 +110,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	closed  bool
+	closing chan struct{} // closed by Close
 	conn    *dconn
 	dialing chan struct{}                  // closed when the dial under way ends
 	queues  map[string]*queue              // by Request.Queue
@@ -129,7 +134,7 @@ func New(client rueidis.Client, opts Options) *Engine {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
-	return &Engine{client: client, opts: opts, queues: map[string]*queue{},
+	return &Engine{client: client, opts: opts, closing: make(chan struct{}), queues: map[string]*queue{},
 		byKey: map[string]map[*queue]struct{}{}, byChan: map[string]map[*queue]struct{}{}}
 }
 
@@ -159,6 +164,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	close(e.closing)
 	conn := e.conn
 	e.conn = nil
 	for _, q := range e.queues {
@@ -291,6 +297,9 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if errors.Is(err, ErrClosed) {
+				return ErrClosed
+			}
 			// No dedicated connection: attempt on the client and rely on
 			// timers until the next try dials again.
 			conn = nil
@@ -351,17 +360,21 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecisio
 		d = maxSleep
 	}
 	if dec.Action == policies.RetryAfter {
-		if d <= 0 {
-			return ctx.Err()
-		}
-		t := time.NewTimer(d)
+		// A policy may not spin a waiter against Redis: at least
+		// minRetryAfter between attempts. Wake-ups are ignored, Close is
+		// not.
+		t := time.NewTimer(max(d, minRetryAfter))
 		defer t.Stop()
 		select {
 		case <-t.C:
-			return nil
+		case <-e.closing:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if e.Closed() {
+			return ErrClosed
+		}
+		return nil
 	}
 	if holderTTL >= 0 {
 		if h := holderTTL + expiryMargin; d <= 0 || h < d {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -114,4 +115,36 @@ func TestWaitEndsOnContextAndClose(t *testing.T) {
 	if err := e.Wait(context.Background(), wait.Request{Key: "k"}, getAttempt("k", &calls)); !errors.Is(err, wait.ErrClosed) {
 		t.Fatalf("Wait on a closed engine: %v", err)
 	}
+}
+
+// A RetryAfter decision ends on Close, and a zero delay cannot spin.
+func TestRetryAfterHonoursCloseAndFloor(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	e := wait.New(c, wait.Options{})
+	s.MustCmd(t, "SET", "k", "held")
+	var calls atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Wait(ctx, wait.Request{Key: "k", Start: time.Now(), HolderTTL: -1,
+			Policy: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+				return policies.RetryDecision{Action: policies.RetryAfter}
+			})}, getAttempt("k", &calls))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	e.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, wait.ErrClosed) {
+			t.Fatalf("after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a RetryAfter waiter ignored Close")
+	}
+	if n := calls.Load(); n > 60 {
+		t.Fatalf("%d attempts in 200ms with RetryAfter 0: the floor did not hold", n)
+	}
+	t.Logf("%d attempts in 200ms", calls.Load())
 }
