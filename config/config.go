@@ -84,6 +84,10 @@ import (
 const (
 	// DefaultListen is server.listen when not set.
 	DefaultListen = "127.0.0.1:7379"
+	// ReservedKeyPrefix is the key namespace coordhost keeps for keys it
+	// derives (fencing counters, queues); a lock name may not start with
+	// it. It matches primitives/internal/keys.Reserved.
+	ReservedKeyPrefix = "__coordhost:"
 	// DefaultLockPrefix is a lock's prefix when not set.
 	DefaultLockPrefix = "coordhost:lock:"
 	// MinLockTTL is the smallest ttl a lock accepts.

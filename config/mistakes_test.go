@@ -401,3 +401,13 @@ dynamic "lock" {
 		})
 	}
 }
+
+func TestLockNameRules(t *testing.T) {
+	for _, name := range []string{"a/b", "__coordhost:x"} {
+		src := "lock \"" + name + "\" {\n  ttl = \"1s\"\n}\n"
+		_, diags := Parse([]byte(src), "names.hcl", LoadOptions{})
+		if !diags.HasErrors() || !strings.Contains(diags.Error(), "Invalid lock name") || diags[0].Subject.Start.Line != 1 {
+			t.Errorf("lock %q: %v", name, diags)
+		}
+	}
+}

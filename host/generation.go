@@ -11,6 +11,7 @@ import (
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/policies/wasm"
 	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/hashicorp/hcl/v2"
 )
 
 // selfTestTimeout bounds the self-test of one generation's policies.
@@ -21,7 +22,7 @@ type generation struct {
 	cfg      *config.Config
 	runtime  *wasm.Runtime
 	policies map[string]*loadedPolicy // "kind.name"
-	locks    map[string]*Lock
+	locks    map[string]*namedLock
 
 	mu       sync.Mutex
 	inflight int
@@ -32,7 +33,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*Lock{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -44,13 +45,15 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			if dir == "" {
 				dir = defaultWasmCacheDir()
 			}
-			if g.runtime, err = wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: dir, Logger: h.log}); err != nil {
+			// The runtime allows what config allows; each module's
+			// memory_pages limits it further.
+			if g.runtime, err = wasm.NewRuntime(ctx, wasm.RuntimeOptions{CacheDir: dir, Logger: h.log, MemoryLimitPages: wasm.MaxMemoryLimitPages}); err != nil {
 				return nil, fmt.Errorf("wasm runtime: %w", err)
 			}
 		}
 		lp, err := loadPolicy(ctx, p, g.runtime, h.metrics, h.log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", at(p.Range), err)
 		}
 		g.policies[string(p.Kind)+"."+p.Name] = lp
 	}
@@ -58,13 +61,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 	defer cancel()
 	for name, lp := range g.policies {
 		if err := lp.selfTest(stctx); err != nil {
-			return nil, fmt.Errorf("policy %s: self-test: %w", name, err)
+			return nil, fmt.Errorf("%s: policy %s: self-test: %w", at(lp.cfg.Range), name, err)
 		}
 	}
 	for _, lc := range cfg.Locks {
 		l, err := g.newLock(h, lc)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
 		}
 		g.locks[lc.Name] = l
 	}
@@ -82,7 +85,7 @@ func (g *generation) policy(ref *config.PolicyRef) (*loadedPolicy, error) {
 	return lp, nil
 }
 
-func (g *generation) newLock(h *Host, lc *config.Lock) (*Lock, error) {
+func (g *generation) newLock(h *Host, lc *config.Lock) (*namedLock, error) {
 	opts := lock.Options{Prefix: h.keyPfx + lc.Prefix, Fencing: lc.Fencing, FIFO: lc.FIFO}
 	var part policies.PartitionPolicy
 	if lp, err := g.policy(lc.Retry); err != nil {
@@ -99,7 +102,7 @@ func (g *generation) newLock(h *Host, lc *config.Lock) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
 	}
-	return &Lock{name: lc.Name, cfg: lc, locker: lk, partition: part, gen: g}, nil
+	return &namedLock{cfg: lc, locker: lk, partition: part}, nil
 }
 
 // enter counts an in-flight call; false once the generation is retiring.
@@ -148,13 +151,18 @@ func (g *generation) inflightCount() int {
 	return g.inflight
 }
 
-// close stops the primitives (blocked waiters get ErrClosed), then the
-// policies and the wasm runtime.
-func (g *generation) close(ctx context.Context) {
-	var errs []error
+// closeLockers stops the primitives: their blocked waiters return
+// ErrClosed (and a host.Lock moves them to the current generation).
+func (g *generation) closeLockers() {
 	for _, l := range g.locks {
-		errs = append(errs, l.locker.Close())
+		l.locker.Close()
 	}
+}
+
+// close stops the primitives, then the policies and the wasm runtime.
+func (g *generation) close(ctx context.Context) {
+	g.closeLockers()
+	var errs []error
 	for _, lp := range g.policies {
 		errs = append(errs, lp.close(ctx))
 	}
@@ -162,4 +170,12 @@ func (g *generation) close(ctx context.Context) {
 		errs = append(errs, g.runtime.Close(ctx))
 	}
 	_ = errors.Join(errs...)
+}
+
+// at formats a configuration position as file:line for errors.
+func at(r hcl.Range) string {
+	if r.Filename == "" {
+		return "config"
+	}
+	return fmt.Sprintf("%s:%d", r.Filename, r.Start.Line)
 }

@@ -67,6 +67,8 @@ type Host struct {
 	keyPfx  string
 
 	reloadMu sync.Mutex
+	life     context.Context // ends at Shutdown; bounds drains
+	stop     context.CancelFunc
 	gen      atomic.Pointer[generation]
 	genNo    atomic.Int64
 	closed   atomic.Bool
@@ -91,10 +93,15 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	h.metrics = newMetrics(reg)
+	if h.metrics, err = newMetrics(reg); err != nil {
+		return nil, err
+	}
+	h.life, h.stop = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
+			h.stop()
 			h.closeClient()
+			h.metrics.unregister()
 		}
 	}()
 	if err := h.connect(ctx, cfg); err != nil {
@@ -210,17 +217,18 @@ func (h *Host) Config() *config.Config { return h.gen.Load().cfg }
 // one more per successful reload.
 func (h *Host) Generation() int64 { return h.genNo.Load() }
 
-// Lock returns the configured lock name of the current generation.
+// Lock returns the configured lock name. The returned Lock follows
+// reloads (see Lock); it fails with ErrNoLock if the configuration in use
+// has no such lock.
 func (h *Host) Lock(name string) (*Lock, error) {
 	if h.closed.Load() {
-		return nil, errors.New("host: closed")
+		return nil, ErrClosed
 	}
 	g := h.gen.Load()
-	l := g.locks[name]
-	if l == nil {
-		return nil, fmt.Errorf("host: no lock %q in %s", name, g.cfg.Path)
+	if g.locks[name] == nil {
+		return nil, fmt.Errorf("%w: no lock %q in %s", ErrNoLock, name, g.cfg.Path)
 	}
-	return l, nil
+	return &Lock{h: h, name: name}, nil
 }
 
 // Reload re-reads the configuration file, builds a whole new generation
@@ -232,7 +240,7 @@ func (h *Host) Reload(ctx context.Context) error {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	if h.closed.Load() {
-		return errors.New("host: closed")
+		return ErrClosed
 	}
 	old := h.gen.Load()
 	cfg, diags := config.Load(old.cfg.Path, h.opts.Load)
@@ -240,10 +248,12 @@ func (h *Host) Reload(ctx context.Context) error {
 		h.metrics.reloads.WithLabelValues("error").Inc()
 		return &ReloadError{Diags: diags, Files: cfg.Files()}
 	}
-	if (cfg.Redis == nil) != (old.cfg.Redis == nil) || cfg.Redis != nil && old.cfg.Redis != nil &&
-		strings.Join(cfg.Redis.Addresses, ",") != strings.Join(old.cfg.Redis.Addresses, ",") {
+	if what := redisChange(old.cfg.Redis, cfg.Redis); what != "" {
 		h.metrics.reloads.WithLabelValues("error").Inc()
-		return fmt.Errorf("%w: the redis block changed; restart coordhost to change servers", ErrReload)
+		return fmt.Errorf("%w: the redis block's %s changed; restart coordhost to apply it", ErrReload, what)
+	}
+	if what := serverChange(old.cfg.Server, cfg.Server); what != "" {
+		h.log.Warn("reload does not apply server settings; restart coordhost to apply them", "changed", what)
 	}
 	g, err := h.build(ctx, cfg)
 	if err != nil {
@@ -276,9 +286,12 @@ func (e *ReloadError) Error() string {
 
 func (e *ReloadError) Unwrap() error { return ErrReload }
 
-// retire drains g (bounded) and closes it.
+// retire takes g out of service: its lockers close first, so blocked
+// waiters move to the new generation; calls still in flight get up to
+// DrainTimeout (less if the Host shuts down); then g closes.
 func (h *Host) retire(g *generation) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.opts.DrainTimeout)
+	g.closeLockers()
+	ctx, cancel := context.WithTimeout(h.life, h.opts.DrainTimeout)
 	defer cancel()
 	if err := g.drain(ctx); err != nil {
 		h.log.Warn("old configuration did not drain in time; closing it", "err", err)
@@ -289,7 +302,7 @@ func (h *Host) retire(g *generation) {
 // Ready reports whether Redis answers and the policies are loaded.
 func (h *Host) Ready(ctx context.Context) error {
 	if h.closed.Load() {
-		return errors.New("host: closed")
+		return ErrClosed
 	}
 	if err := h.client.Do(ctx, h.client.B().Ping().Build()).Error(); err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -301,24 +314,22 @@ func (h *Host) Ready(ctx context.Context) error {
 }
 
 // Shutdown stops taking new work, waits (bounded by ctx) for in-flight
-// acquisitions and drains, then closes everything the Host started.
+// calls, then closes everything the Host started, including generations
+// that reloads replaced, and returns only when they are closed.
 func (h *Host) Shutdown(ctx context.Context) error {
 	if !h.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	h.stop() // cuts the drains of replaced generations short
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	g := h.gen.Load()
+	g.closeLockers() // blocked waiters return now
 	err := g.drain(ctx)
 	g.close(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() { h.drains.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = errors.Join(err, ctx.Err())
-	}
+	h.drains.Wait()
 	h.closeClient()
+	h.metrics.unregister()
 	return err
 }
 
@@ -348,4 +359,42 @@ func defaultWasmCacheDir() string {
 		return filepath.Join(d, "coordhost", "wasm")
 	}
 	return filepath.Join(os.TempDir(), "coordhost-wasm-cache")
+}
+
+// redisChange names what differs between two redis blocks, or "".
+func redisChange(a, b *config.Redis) string {
+	switch {
+	case (a == nil) != (b == nil):
+		return "presence (dev mode vs a server)"
+	case a == nil:
+		return ""
+	case strings.Join(a.Addresses, ",") != strings.Join(b.Addresses, ","):
+		return "addresses"
+	case a.KeyPrefix != b.KeyPrefix:
+		return "key_prefix"
+	case a.Username != b.Username || a.Password != b.Password:
+		return "credentials"
+	case a.ClientCache != b.ClientCache:
+		return "client_cache"
+	case (a.TLS == nil) != (b.TLS == nil) || a.TLS != nil && (a.TLS.Enabled != b.TLS.Enabled ||
+		a.TLS.CAFile != b.TLS.CAFile || a.TLS.CertFile != b.TLS.CertFile || a.TLS.KeyFile != b.TLS.KeyFile ||
+		a.TLS.ServerName != b.TLS.ServerName || a.TLS.InsecureSkipVerify != b.TLS.InsecureSkipVerify):
+		return "tls"
+	}
+	return ""
+}
+
+// serverChange names what differs between two server blocks, or "".
+func serverChange(a, b config.Server) string {
+	var changed []string
+	if a.Listen != b.Listen {
+		changed = append(changed, "listen")
+	}
+	if a.LogFormat != b.LogFormat {
+		changed = append(changed, "log_format")
+	}
+	if a.LogLevel != b.LogLevel {
+		changed = append(changed, "log_level")
+	}
+	return strings.Join(changed, ", ")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 )
 
@@ -287,19 +288,31 @@ func TestBrokenModulesFallBack(t *testing.T) {
 	})
 }
 
-// Reload: a broken file keeps the old generation; a good one replaces it
-// and retires the old lock handles.
+// Reload: a broken file keeps the old generation; a good one replaces it.
+// Lock handles follow the new configuration, and a waiter blocked during the
+// reload moves to the new generation and still gets the lock.
 func TestReload(t *testing.T) {
 	s := redistest.Start(t)
 	dir := t.TempDir()
 	path := writeConfig(t, dir, s.Addr, abs(t, "testdata/giveup3.wasm"))
+	good, _ := os.ReadFile(path)
+	// A retry policy that waits for wake-ups, so a waiter stays blocked.
+	src := strings.Replace(string(good), `retry     = policy.retry.wasm`, `retry     = policy.retry.wait`, 1) + `
+policy "retry" "wait" {
+  driver = "builtin"
+  kind   = "constant"
+}
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	h := newHost(t, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	old, _ := h.Lock("invoice")
-	good, _ := os.ReadFile(path)
+	inv, _ := h.Lock("invoice")
+	attrs := map[string]string{"tenant": "x"}
 
-	if err := os.WriteFile(path, []byte(strings.Replace(string(good), `ttl       = "10s"`, `ttl       = "ten seconds"`, 1)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(strings.Replace(src, `ttl       = "10s"`, `ttl       = "ten seconds"`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	err := h.Reload(ctx)
@@ -310,36 +323,97 @@ func TestReload(t *testing.T) {
 	if h.Generation() != 1 {
 		t.Fatalf("generation %d after a failed reload", h.Generation())
 	}
-	if l, err := old.TryAcquire(ctx, map[string]string{"tenant": "x"}); err != nil {
+	held, err := inv.TryAcquire(ctx, attrs)
+	if err != nil {
 		t.Fatalf("old generation stopped working: %v", err)
-	} else {
-		l.Release(ctx)
 	}
 
-	if err := os.WriteFile(path, []byte(strings.Replace(string(good), `ttl       = "10s"`, `ttl       = "20s"`, 1)), 0o644); err != nil {
+	// A waiter blocks on generation 1 ...
+	got := make(chan error, 1)
+	go func() {
+		l, err := inv.Acquire(ctx, attrs)
+		if err == nil {
+			if l.Remaining() <= 10*time.Second {
+				err = fmt.Errorf("waiter got a %v lease, want the reloaded 20s", l.Remaining())
+			}
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+
+	// ... the good reload replaces generation 1 ...
+	if err := os.WriteFile(path, []byte(strings.Replace(src, `ttl       = "10s"`, `ttl       = "20s"`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if h.Generation() != 2 {
-		t.Fatalf("generation %d", h.Generation())
+	if h.Generation() != 2 || inv.TTL() != 20*time.Second {
+		t.Fatalf("generation %d, ttl %v", h.Generation(), inv.TTL())
 	}
-	cur, _ := h.Lock("invoice")
-	if cur.TTL() != 20*time.Second {
-		t.Fatalf("new ttl %v", cur.TTL())
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := old.TryAcquire(ctx, map[string]string{"tenant": "x"})
-		if errors.Is(err, host.ErrRetired) {
-			break
+	// ... and the waiter gets the lock from generation 2 on release.
+	time.Sleep(100 * time.Millisecond)
+	held.Release(ctx)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("old handle still live after reload: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter blocked during the reload never got the lock")
 	}
+
+	// Changing the redis block needs a restart.
+	if err := os.WriteFile(path, []byte(strings.Replace(src, `key_prefix = "e2e:"`, `key_prefix = "other:"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Reload(ctx); !errors.Is(err, host.ErrReload) || !strings.Contains(err.Error(), "key_prefix") {
+		t.Fatalf("key_prefix change: %v", err)
+	}
+}
+
+// Shutdown returns only when every generation, replaced ones included, is
+// closed: no goroutine, plugin or waiter outlives it; the registry can
+// serve a new Host afterwards.
+func TestShutdownClosesReplacedGenerations(t *testing.T) {
+	s := redistest.Start(t)
+	path := writeConfig(t, t.TempDir(), s.Addr, abs(t, "testdata/giveup3.wasm"))
+	cfg, diags := config.Load(path, config.LoadOptions{})
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	h, err := host.New(ctx, cfg, host.Options{WasmCacheDir: t.TempDir(), Logger: quietLogger(t), Registry: reg, DrainTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _ := h.Lock("invoice")
+	held, err := inv.TryAcquire(ctx, map[string]string{"tenant": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if err := h.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("Close waited %v for a drain bounded by an hour", took)
+	}
+	if _, err := inv.TryAcquire(ctx, nil); !errors.Is(err, host.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	h2, err := host.New(ctx, cfg, host.Options{WasmCacheDir: t.TempDir(), Logger: quietLogger(t), Registry: reg})
+	if err != nil {
+		t.Fatalf("a new Host on the same registry: %v", err)
+	}
+	h2.Close()
 }
 
 func scrape(t *testing.T, h *host.Host) string {

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,7 +25,10 @@ type metrics struct {
 	mu sync.Mutex
 }
 
-func newMetrics(reg *prometheus.Registry) *metrics {
+// newMetrics registers the Host's collectors in reg. A registry that
+// already holds them (a Host created again after Close, or after a failed
+// New) is refused with an error rather than a panic.
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		reg: reg,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -57,8 +61,24 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Help: "Generation number of the configuration in use (1 after start, +1 per successful reload).",
 		}),
 	}
-	reg.MustRegister(m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen)
-	return m
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			m.unregister()
+			return nil, fmt.Errorf("host: metrics registry: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen}
+}
+
+// unregister removes the collectors, so the registry can serve a new Host.
+func (m *metrics) unregister() {
+	for _, c := range m.collectors() {
+		m.reg.Unregister(c)
+	}
 }
 
 // register is a hook for per-policy gauges; the counters above already
@@ -114,16 +134,23 @@ func (m *metrics) wasmObserver() wasm.Observer { return wasmObs{m} }
 
 type wasmObs struct{ m *metrics }
 
+// Outcomes: "ok", "refused" (partition policy said no), "failure" (the
+// module failed: trap, deadline, bad result) and "fallback" (the module was
+// not asked: circuit open or closed). Failures and fallbacks both count in
+// coordhost_policy_fallbacks_total, since the fallback (or fail-closed)
+// decided instead.
 func (o wasmObs) ObserveCall(ci wasm.CallInfo) {
 	outcome := "ok"
 	switch {
-	case ci.Outcome.Fallback():
-		outcome = "fallback"
-		o.m.fallbacks.WithLabelValues(ci.Module, "wasm", string(ci.Kind)).Inc()
 	case ci.Outcome.Failure():
 		outcome = "failure"
-	case ci.Outcome != wasm.OutcomeOK:
-		outcome = ci.Outcome.String()
+	case ci.Outcome.Fallback():
+		outcome = "fallback"
+	case ci.Outcome == wasm.OutcomeRefused:
+		outcome = "refused"
+	}
+	if ci.Outcome.Fallback() {
+		o.m.fallbacks.WithLabelValues(ci.Module, "wasm", string(ci.Kind)).Inc()
 	}
 	o.m.observe(ci.Module, "wasm", ci.Kind, outcome, ci.Duration)
 }
@@ -144,9 +171,11 @@ func (o pluginObs) ObserveCall(kind policies.Kind, d time.Duration, err error) {
 	o.m.observe(o.name, "plugin", kind, outcome, d)
 }
 
+// ObserveFallback counts a decision the plugin did not take. A failed call
+// was already counted as a "failure" call, so only the fallback counter
+// moves here.
 func (o pluginObs) ObserveFallback(kind policies.Kind) {
 	o.m.fallbacks.WithLabelValues(o.name, "plugin", string(kind)).Inc()
-	o.m.calls.WithLabelValues(o.name, "plugin", string(kind), "fallback").Inc()
 }
 
 func (o pluginObs) ObserveCache(hit bool) {
