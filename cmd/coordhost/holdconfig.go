@@ -49,9 +49,14 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 
 	opts := host.Options{Logger: cliLogger(e.stderr), Load: cfg.load}
 	if cfg.redis != "" {
-		// -redis replaces the addresses of the file's redis block (its
-		// key_prefix still applies).
-		client, err := newRedisClient(ctx, cfg.redisOpt, cfg.redisDesc)
+		// -redis replaces the addresses of the file's redis block; its
+		// key_prefix still applies, and so do its credentials unless the
+		// -redis URL names its own. (TLS comes from a rediss:// URL.)
+		opt := cfg.redisOpt
+		if conf.Redis != nil && opt.Username == "" && opt.Password == "" {
+			opt.Username, opt.Password = conf.Redis.Username, conf.Redis.Password
+		}
+		client, err := newRedisClient(ctx, opt, cfg.redisDesc)
 		if err != nil {
 			if code, ok := interrupted("while connecting to Redis"); ok {
 				return code
