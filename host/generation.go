@@ -23,6 +23,7 @@ type generation struct {
 	runtime  *wasm.Runtime
 	policies map[string]*loadedPolicy // "kind.name"
 	locks    map[string]*namedLock
+	base     *lock.Locker // owns the one waiting connection the locks share
 
 	mu       sync.Mutex
 	inflight int
@@ -64,6 +65,9 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: policy %s: self-test: %w", at(lp.cfg.Range), name, err)
 		}
 	}
+	if g.base, err = lock.New(h.client, lock.Options{}); err != nil {
+		return nil, err
+	}
 	for _, lc := range cfg.Locks {
 		l, err := g.newLock(h, lc)
 		if err != nil {
@@ -98,7 +102,7 @@ func (g *generation) newLock(h *Host, lc *config.Lock) (*namedLock, error) {
 	} else if lp != nil {
 		part = lp.partition
 	}
-	lk, err := lock.New(h.client, opts)
+	lk, err := g.base.Derive(opts)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
 	}
@@ -156,6 +160,9 @@ func (g *generation) inflightCount() int {
 func (g *generation) closeLockers() {
 	for _, l := range g.locks {
 		l.locker.Close()
+	}
+	if g.base != nil {
+		g.base.Close()
 	}
 }
 

@@ -102,7 +102,7 @@ func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, 
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
 	}
-	if l.engine.Closed() {
+	if l.isClosed() {
 		return nil, fmt.Errorf("lock %q: %w", r.key, primitives.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {

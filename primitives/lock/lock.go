@@ -125,7 +125,9 @@ type Locker struct {
 	// the lock's slot on every grant. Set only by tests (export_test.go):
 	// the fault-history checker settles lost replies from it.
 	grantLog bool
-	seq      atomic.Uint64 // FIFO arrival sequence within this process
+	seq      atomic.Uint64
+	derived  bool        // shares another Locker's engine (Derive)
+	closed   atomic.Bool // Close was called // FIFO arrival sequence within this process
 	engine   *wait.Engine
 }
 
@@ -135,6 +137,33 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: lock: nil rueidis client", primitives.ErrInvalidOptions)
 	}
+	l, err := configure(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	mode := map[WaitMode]wait.Mode{WaitAuto: wait.ModeAuto, WaitChannel: wait.ModeChannel, WaitPoll: wait.ModePoll}[opts.WaitMode]
+	l.engine = wait.New(client, wait.Options{Mode: mode})
+	return l, nil
+}
+
+// Derive returns a Locker with other options on the same client that shares
+// l's waiting machinery (its one dedicated connection), so a process with
+// many lock configurations still keeps one waiting connection per client.
+// opts.WaitMode is ignored: the parent's applies. Closing the derived
+// Locker refuses its new calls; closing l stops every waiter of both.
+func (l *Locker) Derive(opts Options) (*Locker, error) {
+	if l == nil || l.engine == nil {
+		return nil, fmt.Errorf("%w: lock: Derive on a nil Locker", primitives.ErrInvalidOptions)
+	}
+	d, err := configure(l.client, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.engine, d.derived = l.engine, true
+	return d, nil
+}
+
+func configure(client rueidis.Client, opts Options) (*Locker, error) {
 	if opts.WaitMode < WaitAuto || opts.WaitMode > WaitPoll {
 		return nil, fmt.Errorf("%w: lock: unknown WaitMode %d", primitives.ErrInvalidOptions, opts.WaitMode)
 	}
@@ -147,22 +176,30 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 			return nil, fmt.Errorf("%w: lock: retry policy: %w", primitives.ErrInvalidOptions, err)
 		}
 	}
-	mode := map[WaitMode]wait.Mode{WaitAuto: wait.ModeAuto, WaitChannel: wait.ModeChannel, WaitPoll: wait.ModePoll}[opts.WaitMode]
 	return &Locker{
 		client: client,
 		space:  keys.Space{Prefix: opts.Prefix},
 		fence:  opts.Fencing,
 		retry:  retry,
 		fifo:   opts.FIFO,
-		engine: wait.New(client, wait.Options{Mode: mode}),
 	}, nil
 }
 
 // Close stops the Locker's waiting machinery: blocked Acquire calls return
 // primitives.ErrClosed. Locks already granted keep working. It does not
-// close the client. Idempotent.
+// close the client. Idempotent. (A derived Locker only refuses new calls;
+// see Derive.)
 func (l *Locker) Close() error {
+	l.closed.Store(true)
+	if l.derived {
+		return nil
+	}
 	return l.engine.Close()
+}
+
+// isClosed reports whether this Locker or the machinery it shares closed.
+func (l *Locker) isClosed() bool {
+	return l.closed.Load() || l.engine.Closed()
 }
 
 // TryAcquire makes one attempt to take the lock key for ttl and never

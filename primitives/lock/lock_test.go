@@ -664,3 +664,47 @@ func TestScriptFlushIsInvisible(t *testing.T) {
 		}
 	}
 }
+
+// Derived Lockers share one waiting connection and each keeps its own
+// options; closing the parent ends every waiter.
+func TestDeriveSharesWaiting(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := ctxT(t, 10*time.Second)
+	base := newLocker(t, c, lock.Options{})
+	a, err := base.Derive(lock.Options{Prefix: "a:", Fencing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := base.Derive(lock.Options{Prefix: "b:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha, _ := a.TryAcquire(ctx, "k", time.Minute)
+	hb, _ := b.TryAcquire(ctx, "k", time.Minute)
+	if ha == nil || hb == nil || ha.FencingToken() != 1 || hb.FencingToken() != 0 {
+		t.Fatal("derived options not applied")
+	}
+	errs := make(chan error, 2)
+	for _, l := range []*lock.Locker{a, b} {
+		go func() { _, err := l.Acquire(ctx, "k", time.Minute); errs <- err }()
+	}
+	waitFor(t, func() bool { return strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait") >= 1 })
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait"); n != 1 {
+		t.Fatalf("%d waiting connections for two derived Lockers, want 1", n)
+	}
+	b.Close()
+	if _, err := b.TryAcquire(ctx, "x", time.Second); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("closed derived Locker: %v", err)
+	}
+	base.Close()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, primitives.ErrClosed) {
+			t.Fatalf("waiter after the parent closed: %v", err)
+		}
+	}
+	if _, err := (*lock.Locker)(nil).Derive(lock.Options{}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatal(err)
+	}
+}
