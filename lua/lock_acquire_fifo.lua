@@ -2,14 +2,15 @@
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  queue: sorted set of waiting tokens scored by arrival
---          (server ms * 4096 + per-process sequence mod 4096; exact in a double)
+--          ((server ms - 2024-01-01) * 1024 + per-process sequence mod 1024:
+--          exact in a double until the year 2300)
 -- KEYS[3]  queue deadlines: sorted set of waiting tokens scored by the server
 --          ms after which the waiter counts as gone
 -- KEYS[4]  fencing counter key (present only when fencing)
 --          All keys share one cluster slot.
 -- ARGV[1]  ownership token
 -- ARGV[2]  lease in whole milliseconds (> 0)
--- ARGV[3]  per-process arrival sequence (0..4095)
+-- ARGV[3]  per-process arrival sequence (0..1023)
 -- ARGV[4]  waiter lease in ms: how long the queue entry lives unrefreshed;
 --          0 = do not queue (a one-shot try that leaves nothing behind)
 --
@@ -71,7 +72,7 @@ local waiter_ms = tonumber(ARGV[4])
 if waiter_ms == 0 then
   return {0, redis.call('PTTL', lock)}
 end
-redis.call('ZADD', queue, 'NX', now * 4096 + tonumber(ARGV[3]), token)
+redis.call('ZADD', queue, 'NX', (now - 1704067200000) * 1024 + tonumber(ARGV[3]), token)
 redis.call('ZADD', deadlines, now + waiter_ms, token)
 -- Keep the queue as long as its longest-lived entry (other processes may use
 -- a longer waiter lease).

@@ -171,6 +171,8 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 		attempts = 1
 		if err == nil {
 			holderTTL = ttl
+		} else {
+			req.token = rand.Text() // never reuse a token whose grant is unknown
 		}
 	}
 	var got *Lease
@@ -182,7 +184,8 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 		if err != nil {
 			if handle.Retryable(ctx, err) {
 				req.token = rand.Text()
-				return wait.Outcome{}, &wait.Retryable{Err: err}
+				var unknown *handle.UncertainAcquire
+				return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.As(err, &unknown)}
 			}
 			return wait.Outcome{}, err
 		}
@@ -284,7 +287,7 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
 	var conn rueidis.CoreClient = c.CoreClient
 	var fc *fence.Conn
-	id, laddr := c.ID, ""
+	id, addr, laddr := c.ID, c.Addr, ""
 	if c.ID == 0 {
 		var err error
 		if fc, err = ls.fences.Get(ctx, r.key); err != nil {
@@ -297,7 +300,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 			// Nothing was sent yet: safe to retry.
 			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "no connection, nothing sent", Err: err}
 		}
-		conn, id, laddr = fc, fc.ID, fc.LAddr
+		conn, id, addr, laddr = fc, fc.ID, fc.Addr, fc.LAddr
 	}
 	sent := time.Now()
 	vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
@@ -310,7 +313,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 			if fc != nil {
 				fc.Discard()
 			}
-			if ferr := ls.settle(ctx, r, id, laddr); ferr != nil {
+			if ferr := ls.settle(ctx, r, id, addr, laddr); ferr != nil {
 				return nil, 0, fmt.Errorf("lease %q field %q: acquire outcome unknown and could not be settled: %w (%w)", r.key, r.field, ferr, err)
 			}
 			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "fenced and released", Err: err}
@@ -344,14 +347,18 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 
 // settle fences the connection the uncertain command went out on, then
 // releases the token with an owner check, on a context that survives the
-// caller's cancellation but is bounded.
-func (ls *Leases) settle(ctx context.Context, r *request, id int64, laddr string) error {
+// caller's cancellation but is bounded. The release runs even when the
+// kill failed: it settles a grant that already landed; the error then says
+// a delayed one could still land.
+func (ls *Leases) settle(ctx context.Context, r *request, id int64, addr, laddr string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
-	if err := ls.fences.Kill(ctx, id, laddr); err != nil {
-		return err
+	kerr := ls.fences.Kill(ctx, id, addr, laddr)
+	rerr := ls.release(ctx, r)
+	if kerr != nil {
+		return fmt.Errorf("connection not fenced (%w); released: %v", kerr, rerr == nil)
 	}
-	return ls.release(ctx, r)
+	return rerr
 }
 
 func (ls *Leases) release(ctx context.Context, r *request) error {

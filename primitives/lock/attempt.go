@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
 	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
 )
 
@@ -42,7 +44,7 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 		if err != nil {
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
-		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
 		r.queueMs = "0"
 	}
 	return l.finish(ctx, r, key)
@@ -77,7 +79,7 @@ func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string,
 		if err != nil {
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
-		r.seq = strconv.FormatUint(l.seq.Add(1)%4096, 10)
+		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
 		r.queueMs = "0"
 	}
 	return l.finish(ctx, r, leaseKey)
@@ -124,7 +126,7 @@ func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 // attempt runs the acquire script once on c. It returns the lock, or nil
 // and the holder's TTL, or an error. After an uncertain outcome it releases
 // the token best effort before returning the error.
-func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+func (l *Locker) attempt(ctx context.Context, c wait.Conn, r *request) (*Lock, time.Duration, error) {
 	return l.attemptOn(ctx, c, r)
 }
 
@@ -136,17 +138,17 @@ func (l *Locker) attempt(ctx context.Context, c rueidis.CoreClient, r *request) 
 // learns it from its next attempt.
 func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Duration, error) {
 	if r.fence != "" || r.queue != "" || r.grants != "" {
-		return l.attemptOn(ctx, l.client, r)
+		return l.attemptOn(ctx, wait.Conn{CoreClient: l.client}, r)
 	}
 	sent := time.Now()
 	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
 	switch {
 	case rueidis.IsRedisNil(err):
-		return l.granted(ctx, r, sent, 0)
+		return l.granted(ctx, wait.Conn{}, r, sent, 0)
 	case err == nil:
 		return nil, -1, nil
 	case script.IsUncertain(err):
-		l.settle(ctx, r)
+		l.settle(ctx, wait.Conn{}, r)
 		return nil, 0, uncertain(r.key, err)
 	}
 	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
@@ -155,7 +157,7 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
 }
 
-func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request) (*Lock, time.Duration, error) {
+func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock, time.Duration, error) {
 	sc, keys, args := acquireScript, []string{r.key}, []string{r.token, r.ms}
 	if r.queue != "" {
 		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs)
@@ -174,7 +176,7 @@ func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request
 	if err != nil {
 		err = sc.Classify(err)
 		if script.IsUncertain(err) {
-			l.settle(ctx, r)
+			l.settle(ctx, c, r)
 			return nil, 0, uncertain(r.key, err)
 		}
 		return nil, 0, mapScriptErr(r.key, err)
@@ -197,35 +199,49 @@ func (l *Locker) attemptOn(ctx context.Context, c rueidis.CoreClient, r *request
 			fence, err = strconv.ParseInt(s, 10, 64)
 		}
 		if err != nil {
-			l.settle(ctx, r)
+			l.settle(ctx, c, r)
 			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
 		}
 	}
-	return l.granted(ctx, r, sent, fence)
+	return l.granted(ctx, c, r, sent, fence)
 }
 
 // granted builds the handle for a grant whose command was sent at sent.
-func (l *Locker) granted(ctx context.Context, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
+func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
 	st := handle.New(sent, r.ttl)
 	if st.Remaining() == 0 {
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.
-		l.settle(ctx, r)
+		l.settle(ctx, c, r)
 		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
 	}
 	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
 }
 
-// settle releases r's token best effort, on a context that survives the
-// caller's cancellation but is bounded.
-func (l *Locker) settle(ctx context.Context, r *request) {
+// settle releases r's token best effort (and leaves the FIFO queue), on a
+// context that survives the caller's cancellation but is bounded. When the
+// attempt ran on the wait engine's connection (c.ID != 0) the release goes
+// on that same connection, behind the attempt, so it cannot overtake it; if
+// that connection fails, it is killed first (CLIENT KILL ID ... ADDR ...),
+// so the attempt has either run or never will, and the release goes on the
+// shared client.
+func (l *Locker) settle(ctx context.Context, c wait.Conn, r *request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
-	if r.queue != "" {
-		_ = leaveScript.Run(ctx, l.client, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel}).Error()
-		return
+	run := func(on rueidis.CoreClient) error {
+		if r.queue != "" {
+			return leaveScript.Run(ctx, on, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel}).Error()
+		}
+		return releaseScript.Run(ctx, on, []string{r.key}, []string{r.token, r.channel}).Error()
 	}
-	_ = releaseScript.Run(ctx, l.client, []string{r.key}, []string{r.token, r.channel}).Error()
+	if c.ID != 0 {
+		if script.IsUncertain(run(c.CoreClient)) {
+			_ = fence.KillID(ctx, l.client, c.ID, c.Addr, "")
+		} else {
+			return
+		}
+	}
+	_ = run(l.client)
 }
 
 func uncertain(key string, err error) error {

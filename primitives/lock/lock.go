@@ -296,6 +296,8 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 		attempts = 1
 		if err == nil {
 			holderTTL = ttl
+		} else {
+			req.token = rand.Text() // never reuse a token whose grant is unknown
 		}
 	}
 	var got *Lock
@@ -306,15 +308,18 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	if l.fifo {
 		wreq.Also, wreq.Every, wreq.MaxSleep = []string{req.queue}, true, QueueEntryTTL/3
 	}
+	var last wait.Conn // where the latest attempt went, for the FIFO leave
 	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
-		lk, holderTTL, err := l.attempt(ctx, c.CoreClient, req)
+		last = c
+		lk, holderTTL, err := l.attempt(ctx, c, req)
 		if err != nil {
 			if handle.Retryable(ctx, err) {
 				// A lost reply may have granted under this token; the
 				// cleanup released it, and a fresh token keeps a delayed
 				// grant from being mistaken for ours.
 				req.token = rand.Text()
-				return wait.Outcome{}, &wait.Retryable{Err: err}
+				var unknown *handle.UncertainAcquire
+				return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.As(err, &unknown)}
 			}
 			return wait.Outcome{}, err
 		}
@@ -325,7 +330,7 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 		return wait.Outcome{HolderTTL: holderTTL}, nil
 	})
 	if werr != nil && l.fifo {
-		l.settle(ctx, req) // leave the queue
+		l.settle(ctx, last, req) // leave the queue behind our latest attempt
 	}
 	switch {
 	case werr == nil:

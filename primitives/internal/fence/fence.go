@@ -28,6 +28,7 @@ type Conn struct {
 	rueidis.DedicatedClient
 	cancel func()
 	ID     int64
+	Addr   string // this end's address as the server sees it (addr=)
 	LAddr  string // the server's address as the server sees it (laddr=)
 }
 
@@ -86,6 +87,8 @@ func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
 			c.ID, _ = strconv.ParseInt(v, 10, 64)
 		} else if v, ok := strings.CutPrefix(f, "laddr="); ok {
 			c.LAddr = v
+		} else if v, ok := strings.CutPrefix(f, "addr="); ok {
+			c.Addr = v
 		}
 	}
 	if c.ID == 0 {
@@ -95,18 +98,20 @@ func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
 	return c, nil
 }
 
-// Put returns a healthy connection for reuse (standalone) or gives it back
-// to the client's pool (cluster: it is bound to one node).
+// Put returns a healthy connection for reuse (standalone) or gives its wire
+// back to the client's pool (cluster: it is bound to one node).
 func (p *Pool) Put(c *Conn) {
-	if !p.cluster {
-		p.mu.Lock()
-		if !p.closed && len(p.idle) < maxIdle {
-			p.idle = append(p.idle, c)
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
+	if p.cluster {
+		c.cancel()
+		return
 	}
+	p.mu.Lock()
+	if !p.closed && len(p.idle) < maxIdle {
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
 	c.Discard()
 }
 
@@ -118,28 +123,47 @@ func (c *Conn) Discard() {
 
 // Kill cuts off the connection with CLIENT KILL ID from another
 // connection: once it returns nil, a command sent on that connection has
-// either run or never will. laddr, when known, restricts the kill to the
-// node that owns the id (ids are per node in a cluster). "No such client"
-// counts as success: the connection is already gone.
-func (p *Pool) Kill(ctx context.Context, id int64, laddr string) error {
+// either run or never will. addr (the connection's own address, CLIENT INFO
+// addr=) is matched too when known, so an id reused after a server restart
+// never kills a stranger; laddr (the server's address) picks the node in a
+// cluster, where ids are per node. "No such client" counts as success: the
+// connection is already gone.
+func (p *Pool) Kill(ctx context.Context, id int64, addr, laddr string) error {
+	return KillID(ctx, p.client, id, addr, laddr)
+}
+
+// KillID is Kill for any client (see Pool.Kill).
+func KillID(ctx context.Context, client rueidis.Client, id int64, addr, laddr string) error {
 	cmd := func(c rueidis.Client) rueidis.Completed {
 		b := c.B().ClientKill().Id(id)
-		if laddr != "" {
+		switch {
+		case addr != "" && laddr != "":
+			return b.Addr(addr).Laddr(laddr).Build()
+		case addr != "":
+			return b.Addr(addr).Build()
+		case laddr != "":
 			return b.Laddr(laddr).Build()
 		}
 		return b.Build()
 	}
-	nodes := map[string]rueidis.Client{"": p.client}
-	if p.cluster {
-		nodes = p.client.Nodes()
+	nodes := map[string]rueidis.Client{"": client}
+	if client.Mode() == rueidis.ClientModeCluster {
 		if laddr == "" {
 			return errors.New("fence: cluster kill needs the connection's laddr")
 		}
+		all := client.Nodes()
+		if n, ok := all[laddr]; ok {
+			nodes = map[string]rueidis.Client{laddr: n}
+		} else {
+			nodes = all // the filters keep other nodes' clients safe
+		}
 	}
 	var errs []error
+	killed := false
 	for _, n := range nodes {
 		err := n.Do(ctx, cmd(n)).Error()
 		if err == nil || isNoSuchClient(err) {
+			killed = true
 			continue
 		}
 		if isNoPerm(err) {
@@ -147,7 +171,7 @@ func (p *Pool) Kill(ctx context.Context, id int64, laddr string) error {
 		}
 		errs = append(errs, err)
 	}
-	if len(errs) > 0 {
+	if !killed && len(errs) > 0 {
 		return fmt.Errorf("fence: CLIENT KILL ID %d: %w", id, errors.Join(errs...))
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 type State struct {
 	mu       sync.Mutex
 	deadline time.Time // local estimate of the server-side expiry
+	lastSent time.Time // send time of the latest renewal applied
 	done     chan struct{}
 	timer    *time.Timer
 	over     bool // Done is (or, once made, will be) closed: final
@@ -108,9 +109,12 @@ func (s *State) CanRenew(now time.Time) bool {
 func (s *State) Renewed(sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.released {
+	if s.released || sent.Before(s.lastSent) {
+		// An older renewal answered after a newer one: the server holds
+		// the newer one's TTL.
 		return
 	}
+	s.lastSent = sent
 	if !s.over && !time.Now().Before(s.deadline) {
 		// The estimate ran out while the renewal was in flight: Done
 		// closes now even if nobody had asked for it yet.

@@ -65,3 +65,14 @@ func TestLostAndReleasedAreFinal(t *testing.T) {
 		t.Fatal("released handle must be closed")
 	}
 }
+
+// Renewals answered out of order: the later-sent one decides.
+func TestRenewalsAppliedInSendOrder(t *testing.T) {
+	s := New(time.Now(), time.Minute)
+	early, late := time.Now(), time.Now().Add(time.Millisecond)
+	s.Renewed(late, time.Second)
+	s.Renewed(early, time.Hour) // sent first, answered last
+	if r := s.Remaining(); r > 2*time.Second {
+		t.Fatalf("remaining %v: the older renewal's TTL won", r)
+	}
+}

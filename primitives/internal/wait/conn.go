@@ -26,7 +26,11 @@ type dconn struct {
 	errc   <-chan error
 	mode   Mode
 	id     int64               // CLIENT ID, 0 if unknown
+	addr   string              // CLIENT INFO addr=: this end, as the server sees it
 	subs   map[string]struct{} // channels confirmed subscribed
+	// unsubbing holds channels whose UNSUBSCRIBE is in flight; the channel
+	// closes when it completed.
+	unsubbing map[string]chan struct{}
 }
 
 func (d *dconn) close() {
@@ -59,19 +63,25 @@ func dial(client rueidis.Client, want Mode, onMsg func(rueidis.PubSubMessage), o
 	} else {
 		c, cancel = client.Dedicate()
 	}
-	d := &dconn{c: c, cancel: cancel, subs: map[string]struct{}{}, mode: ModeChannel}
+	d := &dconn{c: c, cancel: cancel, subs: map[string]struct{}{}, unsubbing: map[string]chan struct{}{}, mode: ModeChannel}
 	ctx, stop := context.WithTimeout(context.Background(), setupTimeout)
 	defer stop()
 
-	// Naming needs the CLIENT permission; the engine works without it.
-	_ = c.Do(ctx, c.B().ClientSetname().ConnectionName(ConnName).Build()).Error()
+	// Naming needs the CLIENT permission; the engine works without it. A
+	// transport error means no server: give up now rather than hand out a
+	// connection whose death would wake every waiter at once, again and
+	// again.
+	if err := c.Do(ctx, c.B().ClientSetname().ConnectionName(ConnName).Build()).Error(); isTransport(err) {
+		d.close()
+		return nil, err
+	}
 
 	if want == ModePoll {
 		d.mode = ModePoll
 	} else if !cluster && want != ModeChannel {
 		info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString()
 		if err == nil {
-			d.id = infoID(info)
+			d.id, d.addr = infoField(info, "id="), infoAddr(info)
 		}
 		if err == nil && strings.Contains(info, " resp=3") {
 			// Turn tracking off first: a pooled connection may carry the
@@ -97,14 +107,23 @@ func isTransport(err error) bool {
 	return err != nil && !ok
 }
 
-// infoID parses the id= field of a CLIENT INFO line.
-func infoID(info string) int64 {
-	info = strings.TrimPrefix(info, "txt:")
-	for _, f := range strings.Fields(info) {
-		if v, ok := strings.CutPrefix(f, "id="); ok {
+// infoField parses a numeric field (e.g. "id=") of a CLIENT INFO line.
+func infoField(info, name string) int64 {
+	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
+		if v, ok := strings.CutPrefix(f, name); ok {
 			n, _ := strconv.ParseInt(v, 10, 64)
 			return n
 		}
 	}
 	return 0
+}
+
+// infoAddr parses the addr= field of a CLIENT INFO line.
+func infoAddr(info string) string {
+	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
+		if v, ok := strings.CutPrefix(f, "addr="); ok {
+			return v
+		}
+	}
+	return ""
 }

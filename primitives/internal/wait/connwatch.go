@@ -6,43 +6,62 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// connFor returns the dedicated connection with q's channel subscribed (in
-// ModeChannel), dialing one if needed.
-func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, error) {
+// connFor returns the dedicated connection and its mode, with q's channel
+// subscribed in ModeChannel, dialing one if needed. In ModePoll (forced) it
+// returns no connection: polling needs none, and dialing one against a
+// dead server would only spin.
+func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, Mode, error) {
+	if e.opts.Mode == ModePoll {
+		if e.Closed() {
+			return nil, ModePoll, ErrClosed
+		}
+		return nil, ModePoll, nil
+	}
 	for {
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
-			return nil, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		if e.conn != nil {
-			conn := e.conn
+			conn, mode := e.conn, e.conn.mode
+			if done := conn.unsubbing[q.channel]; done != nil {
+				// An UNSUBSCRIBE of this channel is in flight: wait for it,
+				// or the server would drop the subscription we make next.
+				e.mu.Unlock()
+				select {
+				case <-done:
+					continue
+				case <-ctx.Done():
+					return nil, 0, ctx.Err()
+				}
+			}
 			_, subscribed := conn.subs[q.channel]
 			e.mu.Unlock()
-			if conn.mode != ModeChannel || q.channel == "" || subscribed {
-				return conn, nil
+			if mode != ModeChannel || q.channel == "" || subscribed {
+				return conn, mode, nil
 			}
 			// SUBSCRIBE returns after the server confirmed it, so the
 			// attempt that follows cannot miss a release.
 			if err := conn.c.Do(ctx, conn.c.B().Subscribe().Channel(q.channel).Build()).Error(); err != nil {
 				if ctx.Err() != nil {
 					// Our caller gave up; the connection is fine.
-					return nil, ctx.Err()
+					return nil, 0, ctx.Err()
 				}
 				if isTransport(err) {
 					e.dropConn(conn)
-					return nil, err
+					return nil, 0, err
 				}
 				// Pub/sub refused (ACL): fall back to polling.
 				e.mu.Lock()
 				conn.mode = ModePoll
 				e.mu.Unlock()
-				return conn, nil
+				return conn, ModePoll, nil
 			}
 			e.mu.Lock()
 			conn.subs[q.channel] = struct{}{}
 			e.mu.Unlock()
-			return conn, nil
+			return conn, ModeChannel, nil
 		}
 		if e.dialing != nil {
 			ch := e.dialing
@@ -51,7 +70,7 @@ func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, error) {
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, 0, ctx.Err()
 			}
 		}
 		ch := make(chan struct{})
@@ -64,21 +83,44 @@ func (e *Engine) connFor(ctx context.Context, q *queue) (*dconn, error) {
 		close(ch)
 		if err != nil {
 			e.mu.Unlock()
-			return nil, err
+			return nil, 0, err
 		}
 		if e.closed {
 			e.mu.Unlock()
 			conn.close()
-			return nil, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		e.conn = conn
 		e.mu.Unlock()
+		e.wg.Add(1)
 		go e.watch(conn)
 	}
 }
 
+// unsubscribe drops channel from conn in the background; connFor waits for
+// it before subscribing the channel again, so the server sees the two in
+// order. Called with e.mu held.
+func (e *Engine) unsubscribe(conn *dconn, channel string) {
+	delete(conn.subs, channel)
+	done := make(chan struct{})
+	conn.unsubbing[channel] = done
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		// Best effort: a stale subscription costs only spurious messages.
+		_ = conn.c.Do(ctx, conn.c.B().Unsubscribe().Channel(channel).Build()).Error()
+		e.mu.Lock()
+		delete(conn.unsubbing, channel)
+		e.mu.Unlock()
+		close(done)
+	}()
+}
+
 // watch wakes everyone when the dedicated connection dies.
 func (e *Engine) watch(conn *dconn) {
+	defer e.wg.Done()
 	if conn.errc != nil {
 		<-conn.errc
 	}

@@ -70,8 +70,12 @@ var (
 )
 
 // Retryable marks an attempt error that should be retried per policy
-// (reason "error") rather than end the wait.
-type Retryable struct{ Err error }
+// (reason "error") rather than end the wait. Uncertain says the reply was
+// lost, so the connection the attempt used is suspect.
+type Retryable struct {
+	Err       error
+	Uncertain bool
+}
 
 func (r *Retryable) Error() string { return r.Err.Error() }
 func (r *Retryable) Unwrap() error { return r.Err }
@@ -91,6 +95,9 @@ type Conn struct {
 	// engine's dedicated one (track mode), so a primitive that must fence
 	// an uncertain outcome can CLIENT KILL it; 0 for the shared client.
 	ID int64
+	// Addr is the connection's address as the server sees it (CLIENT INFO
+	// addr=), to kill it by ID and ADDR together.
+	Addr string
 }
 
 // Attempt tries once to acquire, on the given connection.
@@ -110,7 +117,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	closed  bool
-	closing chan struct{} // closed by Close
+	closing chan struct{}  // closed by Close
+	wg      sync.WaitGroup // watch and unsubscribe goroutines
 	conn    *dconn
 	dialing chan struct{}                  // closed when the dial under way ends
 	queues  map[string]*queue              // by Request.Queue
@@ -177,6 +185,7 @@ func (e *Engine) Close() error {
 	if conn != nil {
 		conn.close()
 	}
+	e.wg.Wait()
 	return nil
 }
 
@@ -287,12 +296,25 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 				}
 				return fmt.Errorf("%w after %d attempts", ErrGaveUp, attempts)
 			}
-			if err := e.sleep(ctx, w, dec, holderTTL, req.MaxSleep); err != nil {
+			maxSleep := req.MaxSleep
+			if reason == policies.ReasonError && (maxSleep <= 0 || maxSleep > e.opts.PollInterval) {
+				// After an error nothing may announce the next change
+				// (the release may have happened while the attempt
+				// failed): never sleep longer than a poll.
+				maxSleep = e.opts.PollInterval
+			}
+			if err := e.sleep(ctx, w, dec, holderTTL, maxSleep); err != nil {
 				return err
 			}
 		}
 
-		conn, err := e.connFor(ctx, q)
+		// Drain before registering and sending: a wake after this point
+		// (a release, or the connection dropping) stays buffered.
+		select {
+		case <-w.wakec:
+		default:
+		}
+		conn, mode, err := e.connFor(ctx, q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -304,14 +326,9 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 			// timers until the next try dials again.
 			conn = nil
 		}
-		// Drain before sending: a wake after this point stays buffered.
-		select {
-		case <-w.wakec:
-		default:
-		}
 		c := Conn{CoreClient: e.client}
-		if conn != nil && conn.mode == ModeTrack {
-			c = Conn{CoreClient: conn.c, ID: conn.id}
+		if conn != nil && mode == ModeTrack {
+			c = Conn{CoreClient: conn.c, ID: conn.id, Addr: conn.addr}
 		}
 		e.mu.Lock()
 		e.stats.Attempts++
@@ -336,7 +353,8 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 			if !errors.As(err, &r) {
 				return err
 			}
-			if conn != nil && c.ID != 0 {
+			if r.Uncertain && conn != nil && c.ID != 0 {
+				// The tracking connection may be broken (or was fenced).
 				e.dropConn(conn)
 			}
 			reason, lastErr, holderTTL = policies.ReasonError, err, -1
@@ -466,17 +484,15 @@ func (e *Engine) leave(q *queue, w *waiter) {
 			break
 		}
 	}
-	var unsub *dconn
 	if len(q.waiters) == 0 {
 		delete(e.queues, q.id)
 		for _, k := range q.keys {
 			unindex(e.byKey, k, q)
 		}
-		if q.channel != "" && unindex(e.byChan, q.channel, q) {
+		if q.channel != "" && unindex(e.byChan, q.channel, q) && !e.closed {
 			if e.conn != nil && e.conn.mode == ModeChannel {
 				if _, ok := e.conn.subs[q.channel]; ok {
-					delete(e.conn.subs, q.channel)
-					unsub = e.conn
+					e.unsubscribe(e.conn, q.channel)
 				}
 			}
 		}
@@ -484,12 +500,6 @@ func (e *Engine) leave(q *queue, w *waiter) {
 		q.waiters[0].signal()
 	}
 	e.mu.Unlock()
-	if unsub != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-		defer cancel()
-		// Best effort: a stale subscription costs only a spurious message.
-		_ = unsub.c.Do(ctx, unsub.c.B().Unsubscribe().Channel(q.channel).Build()).Error()
-	}
 }
 
 func index(m map[string]map[*queue]struct{}, k string, q *queue) {
