@@ -262,6 +262,10 @@ func mapScriptErr(key string, err error) error {
 }
 
 func notAcquired(key string, holderTTL time.Duration) error {
+	if holderTTL == -2*time.Millisecond {
+		// PTTL -2: no holder, but FIFO waiters are queued before us.
+		return fmt.Errorf("%w: lock %q is free but earlier waiters are queued (FIFO)", primitives.ErrNotAcquired, key)
+	}
 	if holderTTL >= 0 {
 		return fmt.Errorf("%w: lock %q is held (expires in %v)", primitives.ErrNotAcquired, key, holderTTL)
 	}
