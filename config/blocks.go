@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 )
@@ -49,6 +50,8 @@ func (d *decoder) decodeRedis(b *hcl.Block) *Redis {
 			for i, addr := range addrs {
 				if err := checkAddress(addr, false); err != nil {
 					d.errorAt(a, "Invalid Redis address", "Element %d of \"addresses\", %q, %v.", i, addr, err)
+				} else if strings.HasPrefix(addr, "/") && len(addrs) > 1 {
+					d.errorAt(a, "Invalid Redis address", "Element %d of \"addresses\", %q, is a unix socket: it must be the only address.", i, addr)
 				}
 			}
 			r.Addresses = addrs
@@ -74,6 +77,14 @@ func (d *decoder) decodeRedis(b *hcl.Block) *Redis {
 			continue
 		}
 		r.TLS = d.decodeTLS(tb)
+		if r.TLS.Enabled && len(r.Addresses) == 1 && strings.HasPrefix(r.Addresses[0], "/") {
+			d.add(&hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "TLS on a unix socket",
+				Detail:   "A unix socket address is not dialled with TLS; remove the tls block or use a host:port address.",
+				Subject:  tb.DefRange.Ptr(),
+			})
+		}
 	}
 	return r
 }

@@ -25,7 +25,7 @@ variable "prefix" {
 }
 
 redis {
-  addresses    = ["10.0.0.1:6379", "[::1]:6380", "/run/redis.sock"]
+  addresses    = ["10.0.0.1:6379", "[::1]:6380"]
   username     = "coord"
   password     = "secret"
   key_prefix   = var.prefix
@@ -119,7 +119,7 @@ lock "plain" {
 		Path: filepath.Join(dir, "coordhost.hcl"),
 		Dir:  dir,
 		Redis: &Redis{
-			Addresses: []string{"10.0.0.1:6379", "[::1]:6380", "/run/redis.sock"},
+			Addresses: []string{"10.0.0.1:6379", "[::1]:6380"},
 			Username:  "coord", Password: "secret", KeyPrefix: "app:", ClientCache: false,
 			TLS: &TLS{
 				Enabled:    true,

@@ -411,3 +411,15 @@ func TestLockNameRules(t *testing.T) {
 		}
 	}
 }
+
+func TestUnixSocketRules(t *testing.T) {
+	for name, src := range map[string]string{
+		"unix among others": "redis {\n  addresses = [\"/tmp/r.sock\", \"127.0.0.1:6379\"]\n}\n",
+		"tls on unix":       "redis {\n  addresses = [\"/tmp/r.sock\"]\n  tls {\n    enabled = true\n  }\n}\n",
+	} {
+		_, diags := Parse([]byte(src), "unix.hcl", LoadOptions{})
+		if !diags.HasErrors() {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
