@@ -237,6 +237,11 @@ func (h *Host) Lock(name string) (*Lock, error) {
 // the old generation; parse errors come back as hcl.Diagnostics inside
 // the error (see ReloadError).
 func (h *Host) Reload(ctx context.Context) error {
+	// Shutdown cuts a reload short instead of waiting for it (plugin
+	// starts can take seconds).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.life, cancel)()
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	if h.closed.Load() {
