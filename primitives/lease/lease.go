@@ -155,46 +155,11 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	queue := req.key + "\x00" + req.field
-	attempts, holderTTL := 0, time.Duration(-1)
-	if !ls.engine.Queued(queue) {
-		// With local waiters already queued for the field, join them
-		// without an attempt: the head is registered and hands over.
-		l, ttl, err := ls.attempt(ctx, wait.Conn{}, req)
-		if err != nil && !handle.Retryable(ctx, err) {
-			return nil, err
-		}
-		if l != nil {
-			return l, nil
-		}
-		attempts = 1
-		if err == nil {
-			holderTTL = ttl
-		} else {
-			req.token = rand.Text() // never reuse a token whose grant is unknown
-		}
-	}
-	var got *Lease
-	werr := ls.engine.Wait(ctx, wait.Request{
-		Key: req.key, Queue: queue, Channel: req.channel,
-		Policy: ls.retry, Start: start, Attempts: attempts, HolderTTL: holderTTL,
-	}, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
-		l, holderTTL, err := ls.attempt(ctx, c, req)
-		if err != nil {
-			if handle.Retryable(ctx, err) {
-				req.token = rand.Text()
-				var unknown *handle.UncertainAcquire
-				return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.As(err, &unknown)}
-			}
-			return wait.Outcome{}, err
-		}
-		if l != nil {
-			got = l
-			return wait.Outcome{Acquired: true}, nil
-		}
-		return wait.Outcome{HolderTTL: holderTTL}, nil
-	})
+	got, werr := handle.Acquire(ctx, ls.engine, wait.Request{
+		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel, Policy: ls.retry,
+	}, false, func(ctx context.Context, c wait.Conn) (*Lease, time.Duration, error) {
+		return ls.attempt(ctx, c, req)
+	}, func() { req.token = rand.Text() })
 	switch {
 	case werr == nil:
 		return got, nil

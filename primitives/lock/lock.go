@@ -276,59 +276,21 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 }
 
 func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
-	start := time.Now()
+	wreq := wait.Request{Key: req.key, Channel: req.channel, Policy: l.retry}
 	if l.fifo {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
-	}
-	attempts, holderTTL := 0, time.Duration(-1)
-	if l.fifo || !l.engine.Queued(req.key) {
-		// Local waiters already queued for this key: join them without an
-		// attempt; the head is registered for wake-ups and hands over in
-		// turn. Otherwise try once first (FIFO waiters always do, to take
-		// their place in the server's queue).
-		lk, ttl, err := l.attemptFirst(ctx, req)
-		if err != nil && !handle.Retryable(ctx, err) {
-			return nil, err
-		}
-		if lk != nil {
-			return lk, nil
-		}
-		attempts = 1
-		if err == nil {
-			holderTTL = ttl
-		} else {
-			req.token = rand.Text() // never reuse a token whose grant is unknown
-		}
-	}
-	var got *Lock
-	wreq := wait.Request{
-		Key: req.key, Channel: req.channel, Policy: l.retry,
-		Start: start, Attempts: attempts, HolderTTL: holderTTL,
-	}
-	if l.fifo {
 		wreq.Also, wreq.Every, wreq.MaxSleep = []string{req.queue}, true, QueueEntryTTL/3
 	}
 	var last wait.Conn // where the latest attempt went, for the FIFO leave
-	werr := l.engine.Wait(ctx, wreq, func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
+	// FIFO waiters always attempt first, to take their place in the
+	// server's queue.
+	got, werr := handle.Acquire(ctx, l.engine, wreq, l.fifo, func(ctx context.Context, c wait.Conn) (*Lock, time.Duration, error) {
+		if c.CoreClient == nil {
+			return l.attemptFirst(ctx, req)
+		}
 		last = c
-		lk, holderTTL, err := l.attempt(ctx, c, req)
-		if err != nil {
-			if handle.Retryable(ctx, err) {
-				// A lost reply may have granted under this token; the
-				// cleanup released it, and a fresh token keeps a delayed
-				// grant from being mistaken for ours.
-				req.token = rand.Text()
-				var unknown *handle.UncertainAcquire
-				return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.As(err, &unknown)}
-			}
-			return wait.Outcome{}, err
-		}
-		if lk != nil {
-			got = lk
-			return wait.Outcome{Acquired: true}, nil
-		}
-		return wait.Outcome{HolderTTL: holderTTL}, nil
-	})
+		return l.attempt(ctx, c, req)
+	}, func() { req.token = rand.Text() })
 	if werr != nil && l.fifo {
 		l.settle(ctx, last, req) // leave the queue behind our latest attempt
 	}
