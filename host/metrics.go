@@ -2,7 +2,6 @@ package host
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
@@ -21,8 +20,6 @@ type metrics struct {
 	cache     *prometheus.CounterVec   // policy, result
 	reloads   *prometheus.CounterVec   // result
 	gen       prometheus.Gauge
-
-	mu sync.Mutex
 }
 
 // newMetrics registers the Host's collectors in reg. A registry that
@@ -81,10 +78,6 @@ func (m *metrics) unregister() {
 	}
 }
 
-// register is a hook for per-policy gauges; the counters above already
-// carry every call, so it only exists to keep policy loading uniform.
-func (m *metrics) register(string, string, func() (uint64, uint64, uint64)) {}
-
 // timedRetry wraps a builtin retry policy with call metrics.
 type timedRetry struct {
 	p    policies.RetryPolicy
@@ -99,7 +92,8 @@ func (t timedRetry) DecideRetry(r policies.RetryRequest) policies.RetryDecision 
 	return d
 }
 
-func (m *metrics) wrapRetry(driver, name string, p policies.RetryPolicy) policies.RetryPolicy {
+// wrapRetry counts the decisions of a builtin retry policy.
+func (m *metrics) wrapRetry(name string, p policies.RetryPolicy) policies.RetryPolicy {
 	return timedRetry{p: p, name: name, m: m}
 }
 
@@ -120,7 +114,8 @@ func (t timedPartition) PartitionKey(r policies.PartitionRequest) (string, error
 	return k, err
 }
 
-func (m *metrics) wrapPartition(driver, name string, p policies.PartitionPolicy) policies.PartitionPolicy {
+// wrapPartition counts the decisions of a builtin partition policy.
+func (m *metrics) wrapPartition(name string, p policies.PartitionPolicy) policies.PartitionPolicy {
 	return timedPartition{p: p, name: name, m: m}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/policies"
@@ -55,13 +56,13 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 			default:
 				return nil, fmt.Errorf("policy %s: unknown builtin retry kind %q", name, b.Retry)
 			}
-			lp.retry = m.wrapRetry("builtin", name, lp.retry)
+			lp.retry = m.wrapRetry(name, lp.retry)
 		case policies.KindPartition:
 			t, err := builtin.ParseTemplate(b.Template)
 			if err != nil {
 				return nil, fmt.Errorf("policy %s: %w", name, err)
 			}
-			lp.partition = m.wrapPartition("builtin", name, t)
+			lp.partition = m.wrapPartition(name, t)
 		case policies.KindStarvation:
 			w := builtin.WriterPreference{Bound: b.Bound}
 			if err := w.Validate(); err != nil {
@@ -85,7 +86,7 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 		}
 		lp.close = mod.Close
 		lp.selfTest = mod.SelfTest
-		if !hasKind(mod.Kinds(), p.Kind) {
+		if !slices.Contains(mod.Kinds(), p.Kind) {
 			mod.Close(ctx)
 			return nil, fmt.Errorf("policy %s: module %s exports no %s policy (it has %v)", name, p.Wasm.Module, p.Kind, mod.Kinds())
 		}
@@ -97,10 +98,6 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 		case policies.KindStarvation:
 			lp.starvation = mod.Starvation()
 		}
-		m.register(name, "wasm", func() (calls, failures, fallbacks uint64) {
-			s := mod.Stats()
-			return s.Calls, s.Failures, s.Fallbacks
-		})
 	case config.DriverPlugin:
 		pl, err := plugin.Launch(ctx, plugin.Options{
 			Name: name, Path: p.Plugin.Path, SHA256: p.Plugin.SHA256, Args: p.Plugin.Args,
@@ -129,15 +126,6 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 		return nil, fmt.Errorf("policy %s: unknown driver %q", name, p.Driver)
 	}
 	return lp, nil
-}
-
-func hasKind(ks []policies.Kind, k policies.Kind) bool {
-	for _, x := range ks {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 var errNoPolicy = errors.New("host: no such policy")
