@@ -133,7 +133,7 @@ func (h *Host) connect(ctx context.Context, cfg *config.Config) error {
 		}
 		h.dev = d
 		h.log.Warn("dev mode: no redis block; started a private redis-server", "socket", d.Socket(), "pid", d.Pid())
-		opt = unixOption(d.Socket())
+		opt = UnixClientOption(d.Socket())
 	} else {
 		var err error
 		if opt, err = clientOption(cfg.Redis); err != nil {
@@ -151,7 +151,9 @@ func (h *Host) connect(ctx context.Context, cfg *config.Config) error {
 	return nil
 }
 
-func unixOption(path string) rueidis.ClientOption {
+// UnixClientOption returns rueidis options that dial the unix socket path
+// (a single server: no cluster probe).
+func UnixClientOption(path string) rueidis.ClientOption {
 	return rueidis.ClientOption{
 		InitAddress:       []string{path},
 		ForceSingleClient: true,
@@ -163,7 +165,7 @@ func unixOption(path string) rueidis.ClientOption {
 
 func clientOption(r *config.Redis) (rueidis.ClientOption, error) {
 	if len(r.Addresses) == 1 && strings.HasPrefix(r.Addresses[0], "/") {
-		o := unixOption(r.Addresses[0])
+		o := UnixClientOption(r.Addresses[0])
 		o.Username, o.Password, o.DisableCache = r.Username, r.Password, !r.ClientCache
 		return o, nil
 	}

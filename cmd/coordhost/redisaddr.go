@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,12 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/coordhost/coordhost/host"
+	"github.com/coordhost/coordhost/host/devredis"
 	"github.com/redis/rueidis"
 )
-
-// maxUnixSocketPath is the longest unix socket path Linux accepts
-// (sizeof(sun_path) minus the terminating NUL).
-const maxUnixSocketPath = 107
 
 // clientName is sent with CLIENT SETNAME so `CLIENT LIST` shows who we are.
 const clientName = "coordhost-cli"
@@ -71,18 +68,11 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 
 // unixClientOption returns options that dial the unix socket path.
 func unixClientOption(path string) (rueidis.ClientOption, string, error) {
-	var opt rueidis.ClientOption
 	path = filepath.Clean(path)
-	if len(path) > maxUnixSocketPath {
-		return opt, "", fmt.Errorf("unix socket path %q is too long (%d bytes, at most %d)", path, len(path), maxUnixSocketPath)
+	if len(path) > devredis.MaxSocketPath {
+		return rueidis.ClientOption{}, "", fmt.Errorf("unix socket path %q is too long (%d bytes, at most %d)", path, len(path), devredis.MaxSocketPath)
 	}
-	opt.InitAddress = []string{path}
-	// A unix socket never leads to a cluster: skip the CLUSTER probe.
-	opt.ForceSingleClient = true
-	opt.DialCtxFn = func(ctx context.Context, _ string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
-		return d.DialContext(ctx, "unix", path)
-	}
-	return opt, "unix socket " + path, nil
+	return host.UnixClientOption(path), "unix socket " + path, nil
 }
 
 // newRedisClient connects with opt (from parseRedisAddr) and checks that the

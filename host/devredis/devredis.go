@@ -106,8 +106,8 @@ func Start(ctx context.Context, opt Options) (_ *Server, err error) {
 	if socket == "" {
 		socket = filepath.Join(dir, "redis.sock")
 	}
-	if len(socket) > maxUnixSocketPath {
-		return nil, fmt.Errorf("dev mode: unix socket path %q is too long (%d bytes, at most %d); set TMPDIR to a shorter directory", socket, len(socket), maxUnixSocketPath)
+	if len(socket) > MaxSocketPath {
+		return nil, fmt.Errorf("dev mode: unix socket path %q is too long (%d bytes, at most %d); set TMPDIR to a shorter directory", socket, len(socket), MaxSocketPath)
 	}
 	logFile, err := os.Create(filepath.Join(dir, "redis.log"))
 	if err != nil {
@@ -281,6 +281,6 @@ func (d *Server) cleanup() {
 	_ = os.RemoveAll(d.dir)
 }
 
-// maxUnixSocketPath is the longest path a sockaddr_un holds (108 bytes
-// with the terminating NUL on Linux).
-const maxUnixSocketPath = 107
+// MaxSocketPath is the longest unix socket path a sockaddr_un holds (108
+// bytes with the terminating NUL on Linux).
+const MaxSocketPath = 107
