@@ -399,7 +399,7 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecisio
 			d = h
 		}
 	}
-	if e.Mode() == ModePoll || e.Mode() == ModeAuto {
+	if m := e.Mode(); m == ModePoll || m == ModeAuto {
 		if d <= 0 || d > e.opts.PollInterval {
 			d = e.opts.PollInterval
 		}
