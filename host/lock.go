@@ -59,20 +59,20 @@ func (l *Lock) Fencing() bool {
 // or name "/" partition key when a partition policy is configured. A
 // partition failure, or an empty key, fails closed with an error wrapping
 // policies.ErrPartition.
-func (l *Lock) Key(attrs map[string]string) (string, error) {
+func (l *Lock) Key(ctx context.Context, attrs map[string]string) (string, error) {
 	nl := l.h.gen.Load().locks[l.name]
 	if nl == nil {
 		return "", fmt.Errorf("%w: %q", ErrNoLock, l.name)
 	}
-	return nl.key(attrs)
+	return nl.key(ctx, attrs)
 }
 
-func (nl *namedLock) key(attrs map[string]string) (string, error) {
+func (nl *namedLock) key(ctx context.Context, attrs map[string]string) (string, error) {
 	name := nl.cfg.Name
 	if nl.partition == nil {
 		return name, nil
 	}
-	k, err := nl.partition.PartitionKey(policies.PartitionRequest{Kind: "lock", Name: name, Attributes: attrs})
+	k, err := nl.partition.PartitionKey(ctx, policies.PartitionRequest{Kind: "lock", Name: name, Attributes: attrs})
 	if err != nil {
 		return "", fmt.Errorf("lock %q: %w", name, err)
 	}
@@ -120,7 +120,7 @@ func (l *Lock) doIn(ctx context.Context, g *generation, attrs map[string]string,
 	if nl == nil {
 		return nil, fmt.Errorf("%w: %q", ErrNoLock, l.name)
 	}
-	key, err := nl.key(attrs)
+	key, err := nl.key(ctx, attrs)
 	if err != nil {
 		return nil, err
 	}

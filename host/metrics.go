@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -85,9 +86,9 @@ type timedRetry struct {
 	m    *metrics
 }
 
-func (t timedRetry) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
+func (t timedRetry) DecideRetry(ctx context.Context, r policies.RetryRequest) policies.RetryDecision {
 	start := time.Now()
-	d := t.p.DecideRetry(r)
+	d := t.p.DecideRetry(ctx, r)
 	t.m.observe(t.name, "builtin", policies.KindRetry, "ok", time.Since(start))
 	return d
 }
@@ -103,9 +104,9 @@ type timedPartition struct {
 	m    *metrics
 }
 
-func (t timedPartition) PartitionKey(r policies.PartitionRequest) (string, error) {
+func (t timedPartition) PartitionKey(ctx context.Context, r policies.PartitionRequest) (string, error) {
 	start := time.Now()
-	k, err := t.p.PartitionKey(r)
+	k, err := t.p.PartitionKey(ctx, r)
 	outcome := "ok"
 	if err != nil {
 		outcome = "refused"

@@ -4,7 +4,10 @@
 // standard library only.
 package policies
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // RetryReason says why an attempt did not acquire.
 type RetryReason int
@@ -79,13 +82,15 @@ type RetryDecision struct {
 }
 
 // RetryPolicy decides what a waiter does after a failed attempt.
-// Implementations must be safe for concurrent use.
+// Implementations must be safe for concurrent use. ctx is the waiting
+// caller's: an implementation that can block (a module call, an RPC) must
+// return promptly once it is done; the caller then ignores the decision.
 type RetryPolicy interface {
-	DecideRetry(RetryRequest) RetryDecision
+	DecideRetry(ctx context.Context, r RetryRequest) RetryDecision
 }
 
 // RetryFunc adapts a function to RetryPolicy.
-type RetryFunc func(RetryRequest) RetryDecision
+type RetryFunc func(context.Context, RetryRequest) RetryDecision
 
-// DecideRetry calls f(r).
-func (f RetryFunc) DecideRetry(r RetryRequest) RetryDecision { return f(r) }
+// DecideRetry calls f(ctx, r).
+func (f RetryFunc) DecideRetry(ctx context.Context, r RetryRequest) RetryDecision { return f(ctx, r) }

@@ -17,7 +17,7 @@ import (
 
 type retryOnly struct{}
 
-func (retryOnly) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
+func (retryOnly) DecideRetry(_ context.Context, r policies.RetryRequest) policies.RetryDecision {
 	if r.Attempt > 3 {
 		return policies.RetryDecision{Action: policies.GiveUp}
 	}
@@ -37,7 +37,7 @@ func (e *everything) Configure(c []byte) error {
 	return nil
 }
 
-func (*everything) PartitionKey(r policies.PartitionRequest) (string, error) {
+func (*everything) PartitionKey(_ context.Context, r policies.PartitionRequest) (string, error) {
 	if r.Attributes["panic"] != "" {
 		panic("boom")
 	}
@@ -47,7 +47,7 @@ func (*everything) PartitionKey(r policies.PartitionRequest) (string, error) {
 	return r.Kind + "|" + r.Name + "|" + r.Attributes["t"], nil
 }
 
-func (*everything) WriterBound(r policies.StarvationRequest) time.Duration {
+func (*everything) WriterBound(_ context.Context, r policies.StarvationRequest) time.Duration {
 	if r.Readers == 0 {
 		return policies.Unbounded
 	}
@@ -117,7 +117,7 @@ func TestServerCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := RetryDecisionFromProto(resp)
-	if want := impl.DecideRetry(req); err != nil || d != want {
+	if want := impl.DecideRetry(context.Background(), req); err != nil || d != want {
 		t.Fatalf("DecideRetry = %+v, %v; want %+v", d, err, want)
 	}
 

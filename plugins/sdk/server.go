@@ -127,24 +127,24 @@ func (s *Server) Configure(_ context.Context, req *policyv1.ConfigureRequest) (r
 }
 
 // DecideRetry implements policyv1.PolicyServer.
-func (s *Server) DecideRetry(_ context.Context, req *policyv1.DecideRetryRequest) (resp *policyv1.DecideRetryResponse, err error) {
+func (s *Server) DecideRetry(ctx context.Context, req *policyv1.DecideRetryRequest) (resp *policyv1.DecideRetryResponse, err error) {
 	if s.retry == nil {
 		return nil, status.Error(codes.Unimplemented, "plugin serves no retry policy")
 	}
 	s.retryCalls.Add(1)
 	defer recoverInto(&err, "DecideRetry")
-	return RetryDecisionToProto(s.retry.DecideRetry(RetryRequestFromProto(req))), nil
+	return RetryDecisionToProto(s.retry.DecideRetry(ctx, RetryRequestFromProto(req))), nil
 }
 
 // PartitionKey implements policyv1.PolicyServer. The policy's error is
 // returned in the response, not as a gRPC error.
-func (s *Server) PartitionKey(_ context.Context, req *policyv1.PartitionKeyRequest) (resp *policyv1.PartitionKeyResponse, err error) {
+func (s *Server) PartitionKey(ctx context.Context, req *policyv1.PartitionKeyRequest) (resp *policyv1.PartitionKeyResponse, err error) {
 	if s.partition == nil {
 		return nil, status.Error(codes.Unimplemented, "plugin serves no partition policy")
 	}
 	s.partitionCalls.Add(1)
 	defer recoverInto(&err, "PartitionKey")
-	key, perr := s.partition.PartitionKey(PartitionRequestFromProto(req))
+	key, perr := s.partition.PartitionKey(ctx, PartitionRequestFromProto(req))
 	if perr != nil {
 		msg := perr.Error()
 		if msg == "" {
@@ -156,13 +156,13 @@ func (s *Server) PartitionKey(_ context.Context, req *policyv1.PartitionKeyReque
 }
 
 // WriterBound implements policyv1.PolicyServer.
-func (s *Server) WriterBound(_ context.Context, req *policyv1.WriterBoundRequest) (resp *policyv1.WriterBoundResponse, err error) {
+func (s *Server) WriterBound(ctx context.Context, req *policyv1.WriterBoundRequest) (resp *policyv1.WriterBoundResponse, err error) {
 	if s.starvation == nil {
 		return nil, status.Error(codes.Unimplemented, "plugin serves no starvation policy")
 	}
 	s.starvationCalls.Add(1)
 	defer recoverInto(&err, "WriterBound")
-	return &policyv1.WriterBoundResponse{BoundNs: int64(s.starvation.WriterBound(StarvationRequestFromProto(req)))}, nil
+	return &policyv1.WriterBoundResponse{BoundNs: int64(s.starvation.WriterBound(ctx, StarvationRequestFromProto(req)))}, nil
 }
 
 // Stats implements policyv1.PolicyServer: the calls this process served

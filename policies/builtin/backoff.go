@@ -2,6 +2,7 @@
 package builtin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -42,7 +43,7 @@ func (e Exponential) Validate() error {
 }
 
 // DecideRetry implements policies.RetryPolicy.
-func (e Exponential) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
+func (e Exponential) DecideRetry(_ context.Context, r policies.RetryRequest) policies.RetryDecision {
 	if e.GiveUpAfter > 0 && r.Elapsed >= e.GiveUpAfter {
 		return policies.RetryDecision{Action: policies.GiveUp}
 	}
@@ -83,7 +84,7 @@ type Constant struct {
 }
 
 // DecideRetry implements policies.RetryPolicy.
-func (c Constant) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
+func (c Constant) DecideRetry(_ context.Context, r policies.RetryRequest) policies.RetryDecision {
 	if c.GiveUpAfter > 0 && r.Elapsed >= c.GiveUpAfter {
 		return policies.RetryDecision{Action: policies.GiveUp}
 	}
@@ -94,6 +95,6 @@ func (c Constant) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
 type NoRetry struct{}
 
 // DecideRetry implements policies.RetryPolicy.
-func (NoRetry) DecideRetry(policies.RetryRequest) policies.RetryDecision {
+func (NoRetry) DecideRetry(context.Context, policies.RetryRequest) policies.RetryDecision {
 	return policies.RetryDecision{Action: policies.GiveUp}
 }

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ func TestExponentialBoundsAndJitter(t *testing.T) {
 		b *= time.Millisecond
 		var maxSeen time.Duration
 		for r := uint64(0); r < 2000; r++ {
-			d := e.DecideRetry(policies.RetryRequest{Attempt: i + 1, Rand: r * 0x9E3779B97F4A7C15})
+			d := e.DecideRetry(context.Background(), policies.RetryRequest{Attempt: i + 1, Rand: r * 0x9E3779B97F4A7C15})
 			if d.Action != policies.WaitForWake {
 				t.Fatalf("attempt %d: action %v", i+1, d.Action)
 			}
@@ -31,10 +32,10 @@ func TestExponentialBoundsAndJitter(t *testing.T) {
 
 func TestExponentialGiveUp(t *testing.T) {
 	e := Exponential{GiveUpAfter: time.Second}
-	if d := e.DecideRetry(policies.RetryRequest{Attempt: 3, Elapsed: time.Second}); d.Action != policies.GiveUp {
+	if d := e.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3, Elapsed: time.Second}); d.Action != policies.GiveUp {
 		t.Fatalf("got %v, want give up", d.Action)
 	}
-	d := e.DecideRetry(policies.RetryRequest{Attempt: 30, Elapsed: 999 * time.Millisecond, Rand: ^uint64(0)})
+	d := e.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 30, Elapsed: 999 * time.Millisecond, Rand: ^uint64(0)})
 	if d.Action != policies.WaitForWake || d.Delay > time.Millisecond {
 		t.Fatalf("got %+v, want a wait of at most the 1ms left", d)
 	}
@@ -52,10 +53,10 @@ func TestExponentialValidate(t *testing.T) {
 }
 
 func TestConstantAndNoRetry(t *testing.T) {
-	if d := (Constant{Delay: 5 * time.Millisecond}).DecideRetry(policies.RetryRequest{Attempt: 9}); d.Delay != 5*time.Millisecond || d.Action != policies.WaitForWake {
+	if d := (Constant{Delay: 5 * time.Millisecond}).DecideRetry(context.Background(), policies.RetryRequest{Attempt: 9}); d.Delay != 5*time.Millisecond || d.Action != policies.WaitForWake {
 		t.Fatalf("constant: %+v", d)
 	}
-	if d := (NoRetry{}).DecideRetry(policies.RetryRequest{Attempt: 1}); d.Action != policies.GiveUp {
+	if d := (NoRetry{}).DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); d.Action != policies.GiveUp {
 		t.Fatalf("none: %+v", d)
 	}
 }

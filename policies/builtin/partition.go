@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -77,7 +78,7 @@ func (t *Template) Attributes() []string {
 func (t *Template) String() string { return t.src }
 
 // PartitionKey implements policies.PartitionPolicy.
-func (t *Template) PartitionKey(r policies.PartitionRequest) (string, error) {
+func (t *Template) PartitionKey(_ context.Context, r policies.PartitionRequest) (string, error) {
 	var b strings.Builder
 	for _, p := range t.parts {
 		if p.attr == "" {
@@ -117,4 +118,6 @@ func (w WriterPreference) Validate() error {
 }
 
 // WriterBound implements policies.StarvationPolicy.
-func (w WriterPreference) WriterBound(policies.StarvationRequest) time.Duration { return w.Bound }
+func (w WriterPreference) WriterBound(context.Context, policies.StarvationRequest) time.Duration {
+	return w.Bound
+}

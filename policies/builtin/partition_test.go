@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -13,14 +14,14 @@ func TestTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := tp.PartitionKey(policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme"}})
+	got, err := tp.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme"}})
 	if err != nil || got != "{acme}:invoice:lock" {
 		t.Fatalf("got %q, %v", got, err)
 	}
 	if a := tp.Attributes(); len(a) != 1 || a[0] != "tenant" {
 		t.Fatalf("attributes %v", a)
 	}
-	if _, err := tp.PartitionKey(policies.PartitionRequest{Name: "x", Kind: "lock"}); !errors.Is(err, policies.ErrPartition) {
+	if _, err := tp.PartitionKey(context.Background(), policies.PartitionRequest{Name: "x", Kind: "lock"}); !errors.Is(err, policies.ErrPartition) {
 		t.Fatalf("missing attribute: %v", err)
 	}
 }
@@ -40,7 +41,7 @@ func TestWriterPreference(t *testing.T) {
 	if (WriterPreference{Bound: -1}).Validate() == nil {
 		t.Fatal("negative bound accepted")
 	}
-	if b := (WriterPreference{Bound: time.Second}).WriterBound(policies.StarvationRequest{}); b != time.Second {
+	if b := (WriterPreference{Bound: time.Second}).WriterBound(context.Background(), policies.StarvationRequest{}); b != time.Second {
 		t.Fatal(b)
 	}
 }

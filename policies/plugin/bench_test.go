@@ -33,7 +33,7 @@ func BenchmarkDecideRetry(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		d := retry.DecideRetry(req)
+		d := retry.DecideRetry(context.Background(), req)
 		lat = append(lat, time.Since(start))
 		if d != want {
 			b.Fatalf("DecideRetry = %+v, want %+v", d, want)
@@ -63,13 +63,13 @@ func BenchmarkPartitionKeyCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	req := policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme", "route": "/pay"}}
-	if _, err := part.PartitionKey(req); err != nil {
+	if _, err := part.PartitionKey(context.Background(), req); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := part.PartitionKey(req); err != nil {
+		if _, err := part.PartitionKey(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -138,7 +138,7 @@ func (p *Plugin) Retry() (policies.RetryPolicy, error) {
 	}
 	fb := p.opts.FallbackRetry
 	if fb == nil {
-		fb = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+		fb = policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 			return policies.RetryDecision{Action: policies.WaitForWake, Delay: DefaultFallbackRetryDelay}
 		})
 	}
@@ -162,7 +162,7 @@ func (p *Plugin) Starvation() (policies.StarvationPolicy, error) {
 	}
 	fb := p.opts.FallbackStarvation
 	if fb == nil {
-		fb = policies.StarvationFunc(func(policies.StarvationRequest) time.Duration { return 0 })
+		fb = policies.StarvationFunc(func(context.Context, policies.StarvationRequest) time.Duration { return 0 })
 	}
 	return &starvationPolicy{p: p, fallback: fb}, nil
 }
@@ -195,27 +195,32 @@ type retryPolicy struct {
 
 // DecideRetry asks the plugin, or the fallback when it is down or the call
 // fails.
-func (r *retryPolicy) DecideRetry(req policies.RetryRequest) policies.RetryDecision {
+func (r *retryPolicy) DecideRetry(ctx context.Context, req policies.RetryRequest) policies.RetryDecision {
 	p := r.p
 	c := p.cur.Load()
 	if c == nil {
 		p.recordFallback(policies.KindRetry)
-		return r.fallback.DecideRetry(req)
+		return r.fallback.DecideRetry(ctx, req)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 	start := time.Now()
-	resp, err := c.api.Policy.DecideRetry(ctx, sdk.RetryRequestToProto(req))
+	resp, err := c.api.Policy.DecideRetry(cctx, sdk.RetryRequestToProto(req))
 	lat := time.Since(start)
 	cancel()
 	var d policies.RetryDecision
 	if err == nil {
 		d, err = sdk.RetryDecisionFromProto(resp)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up: no fault of the plugin's, and nobody reads
+		// the answer.
+		return r.fallback.DecideRetry(ctx, req)
+	}
 	p.recordCall(policies.KindRetry, lat, err)
 	if err != nil {
 		p.failed()
 		p.recordFallback(policies.KindRetry)
-		return r.fallback.DecideRetry(req)
+		return r.fallback.DecideRetry(ctx, req)
 	}
 	return d
 }
@@ -227,27 +232,30 @@ type starvationPolicy struct {
 
 // WriterBound asks the plugin, or the fallback when it is down or the call
 // fails.
-func (s *starvationPolicy) WriterBound(req policies.StarvationRequest) time.Duration {
+func (s *starvationPolicy) WriterBound(ctx context.Context, req policies.StarvationRequest) time.Duration {
 	p := s.p
 	c := p.cur.Load()
 	if c == nil {
 		p.recordFallback(policies.KindStarvation)
-		return s.fallback.WriterBound(req)
+		return s.fallback.WriterBound(ctx, req)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 	start := time.Now()
-	resp, err := c.api.Policy.WriterBound(ctx, sdk.StarvationRequestToProto(req))
+	resp, err := c.api.Policy.WriterBound(cctx, sdk.StarvationRequestToProto(req))
 	lat := time.Since(start)
 	cancel()
 	var bound time.Duration
 	if err == nil {
 		bound, err = sdk.WriterBoundFromProto(resp)
 	}
+	if err != nil && ctx.Err() != nil {
+		return s.fallback.WriterBound(ctx, req) // the caller gave up
+	}
 	p.recordCall(policies.KindStarvation, lat, err)
 	if err != nil {
 		p.failed()
 		p.recordFallback(policies.KindStarvation)
-		return s.fallback.WriterBound(req)
+		return s.fallback.WriterBound(ctx, req)
 	}
 	return bound
 }
@@ -260,7 +268,7 @@ type partitionPolicy struct {
 // is down or the call fails it fails closed: the error wraps
 // policies.ErrPartition and ErrUnavailable (or ErrClosed). A refusal by the
 // policy wraps policies.ErrPartition; refusals are not cached.
-func (pp *partitionPolicy) PartitionKey(req policies.PartitionRequest) (string, error) {
+func (pp *partitionPolicy) PartitionKey(ctx context.Context, req policies.PartitionRequest) (string, error) {
 	p := pp.p
 	if p.closed() {
 		p.recordFallback(policies.KindPartition)
@@ -281,11 +289,14 @@ func (pp *partitionPolicy) PartitionKey(req policies.PartitionRequest) (string, 
 		p.recordFallback(policies.KindPartition)
 		return "", p.unavailable(nil)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.opts.CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 	start := time.Now()
-	resp, err := c.api.Policy.PartitionKey(ctx, sdk.PartitionRequestToProto(req))
+	resp, err := c.api.Policy.PartitionKey(cctx, sdk.PartitionRequestToProto(req))
 	lat := time.Since(start)
 	cancel()
+	if err != nil && ctx.Err() != nil {
+		return "", fmt.Errorf("%w: plugin %q: %w", policies.ErrPartition, p.opts.Name, ctx.Err()) // the caller gave up
+	}
 	p.recordCall(policies.KindPartition, lat, err)
 	if err != nil {
 		p.failed()

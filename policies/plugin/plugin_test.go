@@ -234,11 +234,11 @@ func TestDecisionsThroughPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := retry.DecideRetry(policies.RetryRequest{Attempt: 1, Reason: policies.ReasonContended, HolderTTL: -1}),
+	if got, want := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1, Reason: policies.ReasonContended, HolderTTL: -1}),
 		(policies.RetryDecision{Action: policies.WaitForWake, Delay: 35 * time.Millisecond}); got != want {
 		t.Errorf("DecideRetry = %+v, want %+v", got, want)
 	}
-	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 9, Elapsed: 2 * time.Second}); got.Action != policies.GiveUp {
+	if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 9, Elapsed: 2 * time.Second}); got.Action != policies.GiveUp {
 		t.Errorf("DecideRetry after give_up_after = %+v, want give-up", got)
 	}
 
@@ -246,11 +246,11 @@ func TestDecisionsThroughPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := part.PartitionKey(policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme"}})
+	key, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme"}})
 	if err != nil || key != "tenant:acme" {
 		t.Fatalf("PartitionKey = %q, %v; want tenant:acme", key, err)
 	}
-	_, err = part.PartitionKey(policies.PartitionRequest{Kind: "rate_limit", Name: "checkout"})
+	_, err = part.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "rate_limit", Name: "checkout"})
 	if !errors.Is(err, policies.ErrPartition) || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "tenant") {
 		t.Fatalf("PartitionKey without tenant: err = %v, want a refusal wrapping ErrPartition", err)
 	}
@@ -262,7 +262,7 @@ func TestDecisionsThroughPlugin(t *testing.T) {
 	// A starvation policy and a retry policy answering nonsense.
 	all := launch(t, allKindsPlugin(t), func(o *Options) {
 		o.Config = []byte(`{"bound_ms": 7, "delay_ms": 15, "invalid": true}`)
-		o.FallbackRetry = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+		o.FallbackRetry = policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 			return policies.RetryDecision{Action: policies.RetryAfter, Delay: 3 * time.Millisecond}
 		})
 	})
@@ -270,11 +270,11 @@ func TestDecisionsThroughPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := starve.WriterBound(policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: time.Millisecond}); got != 7*time.Millisecond {
+	if got := starve.WriterBound(context.Background(), policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: time.Millisecond}); got != 7*time.Millisecond {
 		t.Errorf("WriterBound = %v, want 7ms", got)
 	}
 	r2, _ := all.Retry()
-	if got := r2.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 3*time.Millisecond {
+	if got := r2.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 3*time.Millisecond {
 		t.Errorf("DecideRetry with an invalid answer = %+v, want the fallback's", got)
 	}
 	if st := all.Stats(); st.Retry.Failures != 1 || st.Retry.Fallbacks != 1 {
@@ -286,19 +286,19 @@ func TestCallDeadlineFallsBack(t *testing.T) {
 	p := launch(t, allKindsPlugin(t), func(o *Options) {
 		o.Config = []byte(`{"sleep_ms": 2000}`)
 		o.CallTimeout = 20 * time.Millisecond
-		o.FallbackStarvation = policies.StarvationFunc(func(policies.StarvationRequest) time.Duration { return 42 })
+		o.FallbackStarvation = policies.StarvationFunc(func(context.Context, policies.StarvationRequest) time.Duration { return 42 })
 	})
 	retry, _ := p.Retry()
-	if got, want := retry.DecideRetry(policies.RetryRequest{Attempt: 1}),
+	if got, want := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}),
 		(policies.RetryDecision{Action: policies.WaitForWake, Delay: DefaultFallbackRetryDelay}); got != want {
 		t.Errorf("DecideRetry past the deadline = %+v, want the default fallback %+v", got, want)
 	}
 	starve, _ := p.Starvation()
-	if got := starve.WriterBound(policies.StarvationRequest{}); got != 42 {
+	if got := starve.WriterBound(context.Background(), policies.StarvationRequest{}); got != 42 {
 		t.Errorf("WriterBound past the deadline = %v, want the fallback's 42", got)
 	}
 	part, _ := p.Partition()
-	if _, err := part.PartitionKey(policies.PartitionRequest{Name: "x"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrUnavailable) {
+	if _, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Name: "x"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrUnavailable) {
 		t.Errorf("PartitionKey past the deadline: err = %v, want ErrPartition and ErrUnavailable", err)
 	}
 	st := p.Stats()
@@ -322,7 +322,7 @@ func TestPartitionCache(t *testing.T) {
 	}
 	req := policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "eu"}}
 	for i := range 3 {
-		key, err := part.PartitionKey(req)
+		key, err := part.PartitionKey(context.Background(), req)
 		if err != nil || key != "tenant:acme" {
 			t.Fatalf("call %d: %q, %v", i, key, err)
 		}
@@ -332,7 +332,7 @@ func TestPartitionCache(t *testing.T) {
 	}
 	// An equal request built in another order is the same cache entry.
 	same := policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"region": "eu", "tenant": "acme"}}
-	if _, err := part.PartitionKey(same); err != nil {
+	if _, err := part.PartitionKey(context.Background(), same); err != nil {
 		t.Fatal(err)
 	}
 	// Any difference reaches the plugin.
@@ -341,13 +341,13 @@ func TestPartitionCache(t *testing.T) {
 		{Kind: "rate_limit", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "eu"}},
 		{Kind: "lock", Name: "invoice", Attributes: map[string]string{"tenant": "acme", "region": "us"}},
 	} {
-		if _, err := part.PartitionKey(r); err != nil {
+		if _, err := part.PartitionKey(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Refusals are not cached.
 	for range 2 {
-		if _, err := part.PartitionKey(policies.PartitionRequest{Name: "x"}); err == nil {
+		if _, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Name: "x"}); err == nil {
 			t.Fatal("no error without tenant")
 		}
 	}
@@ -363,7 +363,7 @@ func TestPartitionCache(t *testing.T) {
 	nc := launch(t, examplePlugin(t), func(o *Options) { o.PartitionCacheSize = -1 })
 	part2, _ := nc.Partition()
 	for range 3 {
-		if _, err := part2.PartitionKey(req); err != nil {
+		if _, err := part2.PartitionKey(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -407,7 +407,7 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 	obs := &recorder{}
 	fallback := policies.RetryDecision{Action: policies.RetryAfter, Delay: 7 * time.Millisecond}
 	p := launch(t, examplePlugin(t), func(o *Options) {
-		o.FallbackRetry = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision { return fallback })
+		o.FallbackRetry = policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision { return fallback })
 		o.Observer = obs
 		// Long enough that the test sees the plugin down.
 		o.RestartBackoff = 300 * time.Millisecond
@@ -416,11 +416,11 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 	retry, _ := p.Retry()
 	part, _ := p.Partition()
 	cached := policies.PartitionRequest{Name: "n", Attributes: map[string]string{"tenant": "cached"}}
-	if _, err := part.PartitionKey(cached); err != nil {
+	if _, err := part.PartitionKey(context.Background(), cached); err != nil {
 		t.Fatal(err)
 	}
 	fromPlugin := policies.RetryDecision{Action: policies.WaitForWake, Delay: 20 * time.Millisecond}
-	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got != fromPlugin {
+	if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got != fromPlugin {
 		t.Fatalf("DecideRetry = %+v, want %+v", got, fromPlugin)
 	}
 	oldPID := p.Stats().PID
@@ -431,19 +431,19 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 	// a wait; once the supervisor notices, it is the fallback's without a
 	// call.
 	eventually(t, "the fallback decision", func() bool {
-		return retry.DecideRetry(policies.RetryRequest{Attempt: 1}) == fallback
+		return retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}) == fallback
 	})
 	eventually(t, "the plugin to be marked down", func() bool { return !p.Stats().Up || p.Stats().PID != oldPID })
 	if !p.Stats().Up {
 		calls := p.Stats().Retry.Calls
-		if got := retry.DecideRetry(policies.RetryRequest{Attempt: 2}); got != fallback {
+		if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 2}); got != fallback {
 			t.Errorf("DecideRetry while down = %+v, want the fallback", got)
 		}
 		if p.Stats().Retry.Calls != calls {
 			t.Error("a decision while down was sent to the plugin")
 		}
 		// Partition fails closed, except for keys already cached.
-		_, err := part.PartitionKey(policies.PartitionRequest{Name: "n", Attributes: map[string]string{"tenant": "new"}})
+		_, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Name: "n", Attributes: map[string]string{"tenant": "new"}})
 		if !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrUnavailable) {
 			t.Errorf("PartitionKey while down: err = %v, want ErrPartition and ErrUnavailable", err)
 		}
@@ -451,14 +451,14 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 			t.Errorf("SelfTest while down: %v, want ErrUnavailable", err)
 		}
 	}
-	if key, err := part.PartitionKey(cached); err != nil || key != "tenant:cached" {
+	if key, err := part.PartitionKey(context.Background(), cached); err != nil || key != "tenant:cached" {
 		t.Errorf("cached PartitionKey after the kill = %q, %v", key, err)
 	}
 	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
 	if !processGone(oldPID) {
 		t.Errorf("old process %d still exists", oldPID)
 	}
-	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got != fromPlugin {
+	if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got != fromPlugin {
 		t.Fatalf("DecideRetry after restart = %+v, want the plugin's %+v", got, fromPlugin)
 	}
 	st := p.Stats()
@@ -480,7 +480,7 @@ func TestStarvationFallbackWhileDown(t *testing.T) {
 		o.RestartBackoffMax = time.Second
 	})
 	starve, _ := p.Starvation()
-	if got := starve.WriterBound(policies.StarvationRequest{}); got != 5*time.Millisecond {
+	if got := starve.WriterBound(context.Background(), policies.StarvationRequest{}); got != 5*time.Millisecond {
 		t.Fatalf("WriterBound = %v, want 5ms", got)
 	}
 	oldPID := p.Stats().PID
@@ -488,9 +488,9 @@ func TestStarvationFallbackWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The default fallback is strict writer preference.
-	eventually(t, "the fallback bound", func() bool { return starve.WriterBound(policies.StarvationRequest{}) == 0 })
+	eventually(t, "the fallback bound", func() bool { return starve.WriterBound(context.Background(), policies.StarvationRequest{}) == 0 })
 	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
-	if got := starve.WriterBound(policies.StarvationRequest{}); got != 5*time.Millisecond {
+	if got := starve.WriterBound(context.Background(), policies.StarvationRequest{}); got != 5*time.Millisecond {
 		t.Fatalf("WriterBound after restart = %v, want 5ms", got)
 	}
 }
@@ -558,7 +558,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	}
 	retry, _ := p.Retry()
 	part, _ := p.Partition()
-	if _, err := part.PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}}); err != nil {
+	if _, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
@@ -573,10 +573,10 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	if st := p.Stats(); st.Up || st.PID != 0 || st.CacheLen != 0 {
 		t.Fatalf("Stats after Close = %+v", st)
 	}
-	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Action != policies.WaitForWake || got.Delay != DefaultFallbackRetryDelay {
+	if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Action != policies.WaitForWake || got.Delay != DefaultFallbackRetryDelay {
 		t.Errorf("DecideRetry after Close = %+v, want the default fallback", got)
 	}
-	_, err := part.PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}})
+	_, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Attributes: map[string]string{"tenant": "a"}})
 	if !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrClosed) {
 		t.Errorf("PartitionKey after Close: err = %v, want ErrPartition and ErrClosed", err)
 	}
@@ -617,7 +617,7 @@ func TestWedgedPluginRestarted(t *testing.T) {
 		t.Fatalf("wedged process %d still exists", oldPID)
 	}
 	retry, _ := p.Retry()
-	if got := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 20*time.Millisecond {
+	if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 20*time.Millisecond {
 		t.Fatalf("DecideRetry after restart = %+v", got)
 	}
 }

@@ -33,7 +33,7 @@ func BenchmarkRetryDecision(b *testing.B) {
 				warm(b, m)
 				b.ReportAllocs()
 				for b.Loop() {
-					p.DecideRetry(req)
+					p.DecideRetry(context.Background(), req)
 				}
 				b.StopTimer()
 				if s := m.Stats(); s.Failures != 0 {
@@ -62,7 +62,7 @@ func BenchmarkRetryDecisionParallel(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					p.DecideRetry(req)
+					p.DecideRetry(context.Background(), req)
 				}
 			})
 		})
@@ -78,7 +78,7 @@ func BenchmarkPartition(b *testing.B) {
 	req := policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme", "route": "/pay"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.PartitionKey(req); err != nil {
+		if _, err := p.PartitionKey(context.Background(), req); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -131,7 +131,7 @@ func TestCompilationCacheReused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := m.Retry().DecideRetry(policies.RetryRequest{Attempt: 42, Reason: policies.ReasonContended}); d.Action != policies.WaitForWake || d.Delay <= 0 {
+			if d := m.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: 42, Reason: policies.ReasonContended}); d.Action != policies.WaitForWake || d.Delay <= 0 {
 				t.Fatalf("%s: %+v", p, d)
 			}
 		}
@@ -165,7 +165,7 @@ func TestCloseAndReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fallback := policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+	fallback := policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{Action: policies.RetryAfter, Delay: 7 * time.Millisecond}
 	})
 	m, err := r.Load(context.Background(), readWasm(t, testdata("echo")), ModuleOptions{FallbackRetry: fallback})
@@ -184,10 +184,10 @@ func TestCloseAndReuse(t *testing.T) {
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if d := retry.DecideRetry(policies.RetryRequest{Attempt: 1}); d.Delay != 7*time.Millisecond {
+	if d := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); d.Delay != 7*time.Millisecond {
 		t.Errorf("after Close: %+v, want the fallback", d)
 	}
-	if _, err := part.PartitionKey(policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrClosed) {
+	if _, err := part.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrClosed) {
 		t.Errorf("partition after Close: %v", err)
 	}
 	if err := m.SelfTest(context.Background()); !errors.Is(err, ErrClosed) {
@@ -207,7 +207,7 @@ func TestCloseAndReuse(t *testing.T) {
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatalf("second Runtime.Close: %v", err)
 	}
-	if d := m2.Retry().DecideRetry(policies.RetryRequest{Attempt: 3}); d != (policies.RetryDecision{}) {
+	if d := m2.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3}); d != (policies.RetryDecision{}) {
 		t.Errorf("module of a closed runtime: %+v, want the default fallback", d)
 	}
 	if _, err := r.Load(context.Background(), readWasm(t, testdata("echo")), ModuleOptions{}); !errors.Is(err, ErrClosed) {

@@ -53,7 +53,7 @@ func (m *Module) Partition() policies.PartitionPolicy {
 
 type retryPolicy struct{ m *Module }
 
-func (p retryPolicy) DecideRetry(r policies.RetryRequest) policies.RetryDecision {
+func (p retryPolicy) DecideRetry(ctx context.Context, r policies.RetryRequest) policies.RetryDecision {
 	m := p.m
 	start := time.Now()
 	o := m.begin()
@@ -67,14 +67,14 @@ func (p retryPolicy) DecideRetry(r policies.RetryRequest) policies.RetryDecision
 		m.finish(policies.KindRetry, start, o, nil, false)
 	}
 	if m.fallbackRetry != nil {
-		return m.fallbackRetry.DecideRetry(r)
+		return m.fallbackRetry.DecideRetry(ctx, r)
 	}
 	return policies.RetryDecision{Action: policies.WaitForWake}
 }
 
 type starvationPolicy struct{ m *Module }
 
-func (p starvationPolicy) WriterBound(r policies.StarvationRequest) time.Duration {
+func (p starvationPolicy) WriterBound(ctx context.Context, r policies.StarvationRequest) time.Duration {
 	m := p.m
 	start := time.Now()
 	o := m.begin()
@@ -88,14 +88,14 @@ func (p starvationPolicy) WriterBound(r policies.StarvationRequest) time.Duratio
 		m.finish(policies.KindStarvation, start, o, nil, false)
 	}
 	if m.fallbackStarvation != nil {
-		return m.fallbackStarvation.WriterBound(r)
+		return m.fallbackStarvation.WriterBound(ctx, r)
 	}
 	return 0
 }
 
 type partitionPolicy struct{ m *Module }
 
-func (p partitionPolicy) PartitionKey(r policies.PartitionRequest) (string, error) {
+func (p partitionPolicy) PartitionKey(ctx context.Context, r policies.PartitionRequest) (string, error) {
 	m := p.m
 	start := time.Now()
 	o := m.begin()

@@ -39,7 +39,7 @@ func (o *recordingObserver) outcomes() []Outcome {
 	return out
 }
 
-var sentinelRetry = policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+var sentinelRetry = policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 	return policies.RetryDecision{Action: policies.RetryAfter, Delay: 777 * ms}
 })
 
@@ -78,7 +78,7 @@ func TestEchoRetryEncoding(t *testing.T) {
 		{"huge attempt is capped", policies.RetryRequest{Attempt: math.MaxInt32 + 10}, wait(math.MaxInt32 * ms)},
 		{"bad result falls back", policies.RetryRequest{Attempt: 7}, after(777 * ms)},
 	} {
-		if got := p.DecideRetry(c.req); got != c.want {
+		if got := p.DecideRetry(context.Background(), c.req); got != c.want {
 			t.Errorf("%s: %+v: got %+v, want %+v", c.name, c.req, got, c.want)
 		}
 	}
@@ -128,14 +128,14 @@ func TestStarvation(t *testing.T) {
 		{policies.StarvationRequest{Readers: 2, Writers: 3, OldestWriterWait: 4*ms + 999*time.Microsecond}, 2_003_004 * ms},
 		{policies.StarvationRequest{Readers: 99}, 0}, // trap: the default fallback is strict writer preference
 	} {
-		if got := p.WriterBound(c.req); got != c.want {
+		if got := p.WriterBound(context.Background(), c.req); got != c.want {
 			t.Errorf("%+v: got %v, want %v", c.req, got, c.want)
 		}
 	}
 	m2 := load(t, r, testdata("trap"), ModuleOptions{
-		FallbackStarvation: policies.StarvationFunc(func(policies.StarvationRequest) time.Duration { return 42 * ms }),
+		FallbackStarvation: policies.StarvationFunc(func(context.Context, policies.StarvationRequest) time.Duration { return 42 * ms }),
 	})
-	if got := m2.Starvation().WriterBound(policies.StarvationRequest{Readers: 1}); got != 42*ms {
+	if got := m2.Starvation().WriterBound(context.Background(), policies.StarvationRequest{Readers: 1}); got != 42*ms {
 		t.Errorf("fallback: got %v", got)
 	}
 }
@@ -149,7 +149,7 @@ func TestPartitionRoundTrip(t *testing.T) {
 		{Kind: "rate_limit", Name: "checkout"},
 		{Kind: "lock", Name: strings.Repeat("n", 5000)},
 	} {
-		key, err := p.PartitionKey(req)
+		key, err := p.PartitionKey(context.Background(), req)
 		if err != nil {
 			t.Fatalf("%v", err)
 		}
@@ -196,7 +196,7 @@ func TestPartitionFailsClosed(t *testing.T) {
 		{kind: "x", outcome: OutcomeBadResult, msg: "partition_key returned 2147483647", call: true},
 		{kind: "t", outcome: OutcomeTrap, msg: "unreachable", call: true},
 	} {
-		key, err := p.PartitionKey(policies.PartitionRequest{Kind: c.kind, Name: "n", Attributes: c.attrs})
+		key, err := p.PartitionKey(context.Background(), policies.PartitionRequest{Kind: c.kind, Name: "n", Attributes: c.attrs})
 		if key != "" || !errors.Is(err, policies.ErrPartition) || !strings.Contains(err.Error(), c.msg) || errors.Is(err, ErrCall) != c.call {
 			t.Errorf("kind %q: %q, %v; want an ErrPartition containing %q (ErrCall: %v)", c.kind, key, err, c.msg, c.call)
 		}
@@ -215,7 +215,7 @@ func TestTrapDiscardsInstanceAndFallsBack(t *testing.T) {
 	logger, logs := newLogRecorder()
 	m := load(t, r, testdata("trap"), ModuleOptions{Name: "trap", FallbackRetry: sentinelRetry, Observer: obs, Logger: logger})
 	for i := 1; i <= 3; i++ {
-		if got := m.Retry().DecideRetry(policies.RetryRequest{Attempt: i}); got.Delay != 777*ms {
+		if got := m.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: i}); got.Delay != 777*ms {
 			t.Fatalf("got %+v, want the fallback", got)
 		}
 		s := m.Stats()
@@ -223,7 +223,7 @@ func TestTrapDiscardsInstanceAndFallsBack(t *testing.T) {
 			t.Fatalf("after %d traps: %+v", i, s)
 		}
 	}
-	if _, err := m.Partition().PartitionKey(policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrCall) {
+	if _, err := m.Partition().PartitionKey(context.Background(), policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, policies.ErrPartition) || !errors.Is(err, ErrCall) {
 		t.Errorf("partition: %v", err)
 	}
 	if got := obs.outcomes(); !slices.Equal(got, []Outcome{OutcomeTrap, OutcomeTrap, OutcomeTrap, OutcomeTrap}) {
@@ -242,16 +242,16 @@ func TestDeadline(t *testing.T) {
 	r := newRuntime(t, RuntimeOptions{})
 	m := load(t, r, testdata("loop"), ModuleOptions{CallTimeout: 20 * ms, FallbackRetry: sentinelRetry, CircuitThreshold: -1})
 	start := time.Now()
-	if got := m.Retry().DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
+	if got := m.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
 		t.Fatalf("got %+v, want the fallback", got)
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("the deadline took %v", el)
 	}
-	if got := m.Starvation().WriterBound(policies.StarvationRequest{Readers: 1}); got != 0 {
+	if got := m.Starvation().WriterBound(context.Background(), policies.StarvationRequest{Readers: 1}); got != 0 {
 		t.Errorf("starvation: %v, want 0", got)
 	}
-	if _, err := m.Partition().PartitionKey(policies.PartitionRequest{}); !errors.Is(err, policies.ErrPartition) {
+	if _, err := m.Partition().PartitionKey(context.Background(), policies.PartitionRequest{}); !errors.Is(err, policies.ErrPartition) {
 		t.Errorf("partition: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -285,42 +285,42 @@ func TestCircuitBreaker(t *testing.T) {
 
 	// Two failures, a success (resets the count), three failures: opens.
 	for _, req := range []policies.RetryRequest{trap, trap, good, trap, trap} {
-		p.DecideRetry(req)
+		p.DecideRetry(context.Background(), req)
 	}
 	if m.Stats().CircuitOpen {
 		t.Fatal("open before 3 consecutive failures")
 	}
-	p.DecideRetry(trap)
+	p.DecideRetry(context.Background(), trap)
 	s := m.Stats()
 	if !s.CircuitOpen || s.CircuitOpens != 1 {
 		t.Fatalf("not open after 3 consecutive failures: %+v", s)
 	}
 	// Open: the module is not called.
 	created := s.InstancesCreated
-	if got := p.DecideRetry(good); got != fallback {
+	if got := p.DecideRetry(context.Background(), good); got != fallback {
 		t.Fatalf("open circuit: %+v, want the fallback", got)
 	}
-	if _, err := m.Partition().PartitionKey(policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, ErrCircuitOpen) || !errors.Is(err, policies.ErrPartition) {
+	if _, err := m.Partition().PartitionKey(context.Background(), policies.PartitionRequest{Kind: "lock"}); !errors.Is(err, ErrCircuitOpen) || !errors.Is(err, policies.ErrPartition) {
 		t.Fatalf("partition while open: %v", err)
 	}
-	if got := m.Starvation().WriterBound(policies.StarvationRequest{Readers: 1}); got != 0 {
+	if got := m.Starvation().WriterBound(context.Background(), policies.StarvationRequest{Readers: 1}); got != 0 {
 		t.Fatalf("starvation while open: %v", got)
 	}
 	// Half-open after the cooldown: the probe fails, it opens again.
 	time.Sleep(cooldown + 20*ms)
-	p.DecideRetry(trap)
+	p.DecideRetry(context.Background(), trap)
 	if s := m.Stats(); !s.CircuitOpen || s.CircuitOpens != 2 {
 		t.Fatalf("a failed probe did not reopen: %+v", s)
 	}
-	if got := p.DecideRetry(good); got != fallback {
+	if got := p.DecideRetry(context.Background(), good); got != fallback {
 		t.Fatalf("reopened circuit: %+v, want the fallback", got)
 	}
 	// The next probe succeeds: closed again.
 	time.Sleep(cooldown + 20*ms)
-	if got := p.DecideRetry(good); got != fromModule {
+	if got := p.DecideRetry(context.Background(), good); got != fromModule {
 		t.Fatalf("probe: %+v, want the module's answer", got)
 	}
-	if got := p.DecideRetry(good); got != fromModule {
+	if got := p.DecideRetry(context.Background(), good); got != fromModule {
 		t.Fatalf("closed again: %+v, want the module's answer", got)
 	}
 	s = m.Stats()
@@ -368,17 +368,17 @@ func TestConfigOncePerInstanceAndLogs(t *testing.T) {
 	p := m.Retry()
 	for range 5 {
 		for range 10 {
-			if d := p.DecideRetry(policies.RetryRequest{Attempt: 8}); d.Delay != 1*ms {
+			if d := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 8}); d.Delay != 1*ms {
 				t.Fatalf("policy_configure ran %v times in one instance", d.Delay/ms)
 			}
-			if d := p.DecideRetry(policies.RetryRequest{Attempt: 9}); d.Delay != time.Duration(len(cfg))*ms {
+			if d := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 9}); d.Delay != time.Duration(len(cfg))*ms {
 				t.Fatalf("config length %v", d.Delay/ms)
 			}
 		}
-		p.DecideRetry(policies.RetryRequest{Attempt: 10}) // trap: the next call gets a new instance
+		p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 10}) // trap: the next call gets a new instance
 	}
 	// Attempt 13 logs 200 lines: the rate limit keeps 100 a second.
-	p.DecideRetry(policies.RetryRequest{Attempt: 13})
+	p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 13})
 	s := m.Stats()
 	if s.InstancesCreated != 6 {
 		t.Errorf("%d instances created, want 6", s.InstancesCreated)
@@ -404,20 +404,20 @@ func TestGoBackoffExample(t *testing.T) {
 		upper = min(upper, 200)
 		for _, rnd := range []uint64{0, 1, 7, 1 << 63, math.MaxUint64, 0x9E3779B97F4A7C15} {
 			want := time.Duration(10+int64(rnd%uint64(upper-10+1))) * ms
-			got := p.DecideRetry(policies.RetryRequest{Attempt: attempt, Reason: policies.ReasonContended, Elapsed: 100 * ms, Rand: rnd})
+			got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: attempt, Reason: policies.ReasonContended, Elapsed: 100 * ms, Rand: rnd})
 			if got != (policies.RetryDecision{Action: policies.WaitForWake, Delay: want}) {
 				t.Fatalf("attempt %d rand %#x: %+v, want wait %v", attempt, rnd, got, want)
 			}
-			got = p.DecideRetry(policies.RetryRequest{Attempt: attempt, Reason: policies.ReasonError, Elapsed: 100 * ms, Rand: rnd})
+			got = p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: attempt, Reason: policies.ReasonError, Elapsed: 100 * ms, Rand: rnd})
 			if got != (policies.RetryDecision{Action: policies.RetryAfter, Delay: want}) {
 				t.Fatalf("error, attempt %d rand %#x: %+v, want retry after %v", attempt, rnd, got, want)
 			}
 		}
 	}
-	if got := p.DecideRetry(policies.RetryRequest{Attempt: 3, Elapsed: 4995 * ms, Rand: 1000}); got.Delay != 5*ms {
+	if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3, Elapsed: 4995 * ms, Rand: 1000}); got.Delay != 5*ms {
 		t.Errorf("near the give-up time: %+v, want the 5ms left", got)
 	}
-	if got := p.DecideRetry(policies.RetryRequest{Attempt: 3, Elapsed: 5 * time.Second}); got.Action != policies.GiveUp {
+	if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3, Elapsed: 5 * time.Second}); got.Action != policies.GiveUp {
 		t.Errorf("after give_up_after_ms: %+v", got)
 	}
 	if s := m.Stats(); s.Failures != 0 {
@@ -449,10 +449,10 @@ func TestWATConstantExample(t *testing.T) {
 	} {
 		m := load(t, r, watConstant, ModuleOptions{Config: []byte(c.config)})
 		p := m.Retry()
-		if got := p.DecideRetry(policies.RetryRequest{Attempt: 3, Reason: policies.ReasonContended}); got != (policies.RetryDecision{Action: policies.WaitForWake, Delay: c.delay}) {
+		if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3, Reason: policies.ReasonContended}); got != (policies.RetryDecision{Action: policies.WaitForWake, Delay: c.delay}) {
 			t.Errorf("config %q contended: %+v", c.config, got)
 		}
-		if got := p.DecideRetry(policies.RetryRequest{Attempt: 3, Reason: policies.ReasonError}); got != (policies.RetryDecision{Action: policies.RetryAfter, Delay: c.delay}) {
+		if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 3, Reason: policies.ReasonError}); got != (policies.RetryDecision{Action: policies.RetryAfter, Delay: c.delay}) {
 			t.Errorf("config %q error: %+v", c.config, got)
 		}
 	}
@@ -466,11 +466,11 @@ func TestGoTenantExample(t *testing.T) {
 	r := newRuntime(t, RuntimeOptions{})
 	m := load(t, r, goTenant, ModuleOptions{Name: "tenant", Logger: logger})
 	p := m.Partition()
-	key, err := p.PartitionKey(policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme", "user": "u1"}})
+	key, err := p.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "rate_limit", Name: "checkout", Attributes: map[string]string{"tenant": "acme", "user": "u1"}})
 	if err != nil || key != "tenant:acme" {
 		t.Fatalf("got %q, %v", key, err)
 	}
-	key, err = p.PartitionKey(policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"user": "u1"}})
+	key, err = p.PartitionKey(context.Background(), policies.PartitionRequest{Kind: "lock", Name: "invoice", Attributes: map[string]string{"user": "u1"}})
 	if key != "" || !errors.Is(err, policies.ErrPartition) || errors.Is(err, ErrCall) ||
 		!strings.Contains(err.Error(), "gotenant: lock invoice: missing attribute tenant") {
 		t.Fatalf("missing attribute: %q, %v", key, err)
@@ -483,7 +483,7 @@ func TestGoTenantExample(t *testing.T) {
 	}
 
 	m2 := load(t, r, goTenant, ModuleOptions{Config: []byte(`{"attr": "region", "prefix": "{r:"}`)})
-	if key, err := m2.Partition().PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"region": "eu"}}); key != "{r:eu" || err != nil {
+	if key, err := m2.Partition().PartitionKey(context.Background(), policies.PartitionRequest{Attributes: map[string]string{"region": "eu"}}); key != "{r:eu" || err != nil {
 		t.Errorf("configured: %q, %v", key, err)
 	}
 }
@@ -492,13 +492,13 @@ func TestMemoryLimit(t *testing.T) {
 	r := newRuntime(t, RuntimeOptions{MemoryLimitPages: 64})
 	m := load(t, r, testdata("grow"), ModuleOptions{MemoryPages: 4, FallbackRetry: sentinelRetry, CircuitThreshold: -1})
 	p := m.Retry()
-	if got := p.DecideRetry(policies.RetryRequest{Attempt: 2}); got.Delay != 3*ms {
+	if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 2}); got.Delay != 3*ms {
 		t.Fatalf("grow to 3 pages: %+v", got)
 	}
-	if got := p.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 4*ms {
+	if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 4*ms {
 		t.Fatalf("grow to 4 pages: %+v", got)
 	}
-	if got := p.DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
+	if got := p.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
 		t.Fatalf("grow to 5 pages: %+v, want the fallback", got)
 	}
 	if s := m.Stats(); s.Traps != 1 || s.InstancesDiscarded != 1 {
@@ -506,10 +506,10 @@ func TestMemoryLimit(t *testing.T) {
 	}
 	// Without MemoryPages the runtime's limit applies.
 	m2 := load(t, r, testdata("grow"), ModuleOptions{FallbackRetry: sentinelRetry})
-	if got := m2.Retry().DecideRetry(policies.RetryRequest{Attempt: 63}); got.Delay != 64*ms {
+	if got := m2.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: 63}); got.Delay != 64*ms {
 		t.Fatalf("grow to the runtime limit: %+v", got)
 	}
-	if got := m2.Retry().DecideRetry(policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
+	if got := m2.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}); got.Delay != 777*ms {
 		t.Fatalf("beyond the runtime limit: %+v", got)
 	}
 	// A Go module needs more than a few pages to start.
@@ -525,10 +525,10 @@ func TestNoCallTimeoutAllocatesNothing(t *testing.T) {
 	m := load(t, r, watConstant, ModuleOptions{CallTimeout: NoCallTimeout})
 	p := m.Retry()
 	req := policies.RetryRequest{Attempt: 2, Reason: policies.ReasonContended, Elapsed: 5 * ms, HolderTTL: 100 * ms, Rand: 12345}
-	if got := p.DecideRetry(req); got.Delay != 10*ms {
+	if got := p.DecideRetry(context.Background(), req); got.Delay != 10*ms {
 		t.Fatalf("got %+v", got)
 	}
-	allocs := testing.AllocsPerRun(1000, func() { p.DecideRetry(req) })
+	allocs := testing.AllocsPerRun(1000, func() { p.DecideRetry(context.Background(), req) })
 	t.Logf("%.1f allocations per decision without a deadline", allocs)
 	if allocs != 0 && !raceEnabled {
 		t.Errorf("%.1f allocations per decision, want 0", allocs)
@@ -576,13 +576,13 @@ func TestConcurrency(t *testing.T) {
 				if i%50 == 49 {
 					attempt, want = 10, 777*ms // a trap now and then
 				}
-				if got := m.Retry().DecideRetry(policies.RetryRequest{Attempt: attempt}); got.Delay != want {
+				if got := m.Retry().DecideRetry(context.Background(), policies.RetryRequest{Attempt: attempt}); got.Delay != want {
 					errs <- "retry: wrong decision"
 					return
 				}
 				if i%10 == 0 {
 					tenant := string(rune('a' + g%26))
-					key, err := mt.Partition().PartitionKey(policies.PartitionRequest{Attributes: map[string]string{"tenant": tenant}})
+					key, err := mt.Partition().PartitionKey(context.Background(), policies.PartitionRequest{Attributes: map[string]string{"tenant": tenant}})
 					if err != nil || key != "tenant:"+tenant {
 						errs <- "partition: wrong key"
 						return

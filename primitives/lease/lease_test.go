@@ -226,7 +226,7 @@ func TestWaitersPerField(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
 	ctx := ctxT(t, 20*time.Second)
-	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
 	f1, err := ls.TryAcquire(ctx, "h", "f1", time.Minute)
@@ -294,7 +294,7 @@ func TestFieldExpiryWakesWaiter(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
 	ctx := ctxT(t, 10*time.Second)
-	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
 	if _, err := ls.TryAcquire(ctx, "h", "f", 300*time.Millisecond); err != nil {

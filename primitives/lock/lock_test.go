@@ -419,7 +419,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 		t.Fatalf("got %v, want deadline exceeded", err)
 	}
 	// A policy that gives up ends the wait with ErrNotAcquired.
-	giveUp := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(r policies.RetryRequest) policies.RetryDecision {
+	giveUp := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(_ context.Context, r policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{Action: policies.GiveUp}
 	})})
 	if _, err := giveUp.Acquire(ctx, "busy", time.Second); !errors.Is(err, primitives.ErrNotAcquired) {
@@ -445,7 +445,7 @@ func TestHolderNeverReleases(t *testing.T) {
 	for i := range 2000 {
 		s.MustCmd(t, "SET", fmt.Sprintf("filler:%d", i), "x", "EX", "3600")
 	}
-	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{} // wake-ups and the holder's expiry only
 	})})
 	if _, err := l.TryAcquire(ctx, "crash", 400*time.Millisecond); err != nil {
@@ -474,7 +474,7 @@ func TestWaiterConnectionKilled(t *testing.T) {
 			s := redistest.Start(t)
 			c := s.Client(t)
 			ctx := ctxT(t, 20*time.Second)
-			l := newLocker(t, c, lock.Options{WaitMode: wm.mode, Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+			l := newLocker(t, c, lock.Options{WaitMode: wm.mode, Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 				return policies.RetryDecision{}
 			})})
 			holder, err := l.TryAcquire(ctx, "k", time.Minute)
@@ -545,7 +545,7 @@ func TestLocalCoalescing(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
 	ctx := ctxT(t, 60*time.Second)
-	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
 	const waiters = 100

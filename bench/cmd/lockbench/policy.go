@@ -153,7 +153,7 @@ func timed(p policies.RetryPolicy, reqs []policies.RetryRequest, lat []time.Dura
 	for i := range lat {
 		r := reqs[(off+i)&reqMask]
 		t := time.Now()
-		d := p.DecideRetry(r)
+		d := p.DecideRetry(context.Background(), r)
 		lat[i] = time.Since(t)
 		s += d.Delay
 	}
@@ -176,7 +176,7 @@ func untimed(p policies.RetryPolicy, reqs []policies.RetryRequest, g, n int) (ma
 			var s time.Duration
 			off := j * 97
 			for i := range n {
-				s += p.DecideRetry(reqs[(off+i)&reqMask]).Delay
+				s += p.DecideRetry(context.Background(), reqs[(off+i)&reqMask]).Delay
 			}
 			sinks[j] = s
 		}()
@@ -467,7 +467,7 @@ func measureInstances(ctx context.Context, name string, bin, cfg []byte, cacheDi
 					return
 				default:
 				}
-				p.DecideRetry(reqs[(i+j)&reqMask])
+				p.DecideRetry(context.Background(), reqs[(i+j)&reqMask])
 			}
 		}()
 	}

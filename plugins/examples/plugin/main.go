@@ -24,6 +24,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (p *examplePolicy) Configure(raw []byte) error {
 }
 
 // PartitionKey implements sdk.PartitionPolicy.
-func (p *examplePolicy) PartitionKey(r sdk.PartitionRequest) (string, error) {
+func (p *examplePolicy) PartitionKey(_ context.Context, r sdk.PartitionRequest) (string, error) {
 	t, ok := r.Attributes["tenant"]
 	if !ok || t == "" {
 		return "", fmt.Errorf("%s %q: missing attribute \"tenant\"", r.Kind, r.Name)
@@ -82,7 +83,7 @@ func (p *examplePolicy) PartitionKey(r sdk.PartitionRequest) (string, error) {
 }
 
 // DecideRetry implements sdk.RetryPolicy.
-func (p *examplePolicy) DecideRetry(r sdk.RetryRequest) sdk.RetryDecision {
+func (p *examplePolicy) DecideRetry(_ context.Context, r sdk.RetryRequest) sdk.RetryDecision {
 	c := p.cfg.Load()
 	if giveUp := time.Duration(c.GiveUpAfterMS) * time.Millisecond; giveUp > 0 && r.Elapsed >= giveUp {
 		return sdk.RetryDecision{Action: sdk.GiveUp}

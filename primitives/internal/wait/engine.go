@@ -283,13 +283,18 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 			if attempts == 0 {
 				attempts = 1
 			}
-			dec := policyDecide(req.Policy, policies.RetryRequest{
+			dec := policyDecide(ctx, req.Policy, policies.RetryRequest{
 				Attempt:   attempts,
 				Reason:    reason,
 				Elapsed:   time.Since(req.Start),
 				HolderTTL: holderTTL,
 				Rand:      rand.Uint64(),
 			})
+			if err := ctx.Err(); err != nil {
+				// Cancelled while the policy ran: its answer may be a
+				// fallback nobody asked for.
+				return err
+			}
 			if dec.Action == policies.GiveUp {
 				if lastErr != nil {
 					return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, attempts, lastErr)
@@ -364,11 +369,11 @@ func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 	}
 }
 
-func policyDecide(p policies.RetryPolicy, r policies.RetryRequest) policies.RetryDecision {
+func policyDecide(ctx context.Context, p policies.RetryPolicy, r policies.RetryRequest) policies.RetryDecision {
 	if p == nil {
 		return policies.RetryDecision{Action: policies.WaitForWake}
 	}
-	return p.DecideRetry(r)
+	return p.DecideRetry(ctx, r)
 }
 
 // sleep waits as the decision says, never past the holder's expiry.

@@ -129,7 +129,7 @@ func TestRetryAfterHonoursCloseAndFloor(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- e.Wait(ctx, wait.Request{Key: "k", Start: time.Now(), HolderTTL: -1,
-			Policy: policies.RetryFunc(func(policies.RetryRequest) policies.RetryDecision {
+			Policy: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 				return policies.RetryDecision{Action: policies.RetryAfter}
 			})}, getAttempt("k", &calls))
 	}()

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ func (a *allKinds) sleep() *config {
 	return c
 }
 
-func (a *allKinds) DecideRetry(policies.RetryRequest) policies.RetryDecision {
+func (a *allKinds) DecideRetry(context.Context, policies.RetryRequest) policies.RetryDecision {
 	c := a.sleep()
 	d := time.Duration(c.DelayMS) * time.Millisecond
 	if c.Invalid {
@@ -51,12 +52,12 @@ func (a *allKinds) DecideRetry(policies.RetryRequest) policies.RetryDecision {
 	return policies.RetryDecision{Action: policies.RetryAfter, Delay: d}
 }
 
-func (a *allKinds) PartitionKey(r policies.PartitionRequest) (string, error) {
+func (a *allKinds) PartitionKey(_ context.Context, r policies.PartitionRequest) (string, error) {
 	a.sleep()
 	return r.Name + "/" + r.Attributes["k"], nil
 }
 
-func (a *allKinds) WriterBound(policies.StarvationRequest) time.Duration {
+func (a *allKinds) WriterBound(context.Context, policies.StarvationRequest) time.Duration {
 	return time.Duration(a.sleep().BoundMS) * time.Millisecond
 }
 
