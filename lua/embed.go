@@ -1,30 +1,51 @@
 // Package lua holds coordhost's Redis scripts, one file per script, embedded
 // at build time. Each file's header documents its KEYS, ARGV, result, errors
 // and minimum server version.
+//
+// Every exported script starts with args.lua, the argument checks the
+// scripts share, so each validates its arguments before its first write.
 package lua
 
 import _ "embed"
 
+//go:embed args.lua
+var args string
+
 // Lock scripts (primitives/lock).
 var (
-	//go:embed lock_acquire.lua
-	LockAcquire string
-	//go:embed lock_release.lua
-	LockRelease string
-	//go:embed lock_renew.lua
-	LockRenew string
-	//go:embed lock_acquire_fifo.lua
-	LockAcquireFIFO string
-	//go:embed lock_leave_fifo.lua
-	LockLeaveFIFO string
+	LockAcquire     = args + lockAcquire
+	LockRelease     = args + lockRelease
+	LockRenew       = args + lockRenew
+	LockAcquireFIFO = args + lockAcquireFIFO
+	LockLeaveFIFO   = args + lockLeaveFIFO
 )
 
 // Hash-field lease scripts (primitives/lease).
 var (
+	LeaseAcquire = args + leaseAcquire
+	LeaseRenew   = args + leaseRenew
+	LeaseRelease = args + leaseRelease
+)
+
+// MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
+// (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
+const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
+
+var (
+	//go:embed lock_acquire.lua
+	lockAcquire string
+	//go:embed lock_release.lua
+	lockRelease string
+	//go:embed lock_renew.lua
+	lockRenew string
+	//go:embed lock_acquire_fifo.lua
+	lockAcquireFIFO string
+	//go:embed lock_leave_fifo.lua
+	lockLeaveFIFO string
 	//go:embed lease_acquire.lua
-	LeaseAcquire string
+	leaseAcquire string
 	//go:embed lease_renew.lua
-	LeaseRenew string
+	leaseRenew string
 	//go:embed lease_release.lua
-	LeaseRelease string
+	leaseRelease string
 )

@@ -13,10 +13,16 @@
 --   WRONGTYPE ...           the key holds a non-hash value
 --   COORDHOST_KEYTTL <why>  the hash has a key-level TTL, which would end
 --                           every field lease at once
+--   COORDHOST_BADARG <why>  an empty field or token, or a lease outside
+--                           [1, MAX_TTL_MS] (see args.lua): checked first, so
+--                           HSET never runs without its HPEXPIRE
 --
 -- Minimum server: Redis 7.4 (HPEXPIRE, HPTTL). Not idempotent: never retry.
 
-local hash, field = KEYS[1], ARGV[1]
+local hash = KEYS[1]
+local field = token_arg(1, 'field')
+token_arg(2, 'token')
+ms_arg(3, 'lease', 1)
 local current = redis.call('HGET', hash, field)
 if redis.call('PTTL', hash) >= 0 then
   return redis.error_reply('COORDHOST_KEYTTL hash key has a key-level TTL; field leases need a hash without one')

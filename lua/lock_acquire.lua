@@ -19,6 +19,8 @@
 -- Errors (nothing written):
 --   WRONGTYPE ...                 the lock key holds a non-string value
 --   COORDHOST_BADCOUNTER <why>    the counter is malformed, expiring or full
+--   COORDHOST_BADARG <why>        an empty token or a lease outside
+--                                 [1, MAX_TTL_MS] (see args.lua)
 --
 -- Minimum server: Redis 2.6.12 (SET NX PX). Not idempotent: never retry.
 
@@ -38,6 +40,9 @@ local function counter_problem(key)
   end
   return nil
 end
+
+token_arg(1, 'token')
+ms_arg(2, 'lease', 1)
 
 local grant_log = nil
 if ARGV[3] == '1' then

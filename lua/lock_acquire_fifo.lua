@@ -8,25 +8,36 @@
 --          ms after which the waiter counts as gone
 -- KEYS[4]  fencing counter key (present only when fencing)
 --          All keys share one cluster slot.
--- ARGV[1]  ownership token
+-- ARGV[1]  ownership token (fresh for every attempt whose outcome was unknown)
 -- ARGV[2]  lease in whole milliseconds (> 0)
 -- ARGV[3]  per-process arrival sequence (0..1023)
 -- ARGV[4]  waiter lease in ms: how long the queue entry lives unrefreshed;
 --          0 = do not queue (a one-shot try that leaves nothing behind)
+-- ARGV[5]  waiter id: the queue member, one per waiting call and kept across
+--          its attempts, so an attempt whose reply was lost leaves no orphan
+--          entry behind (the next attempt refreshes the same one)
 --
 -- Result:
---   {1, fence}      acquired (fence as in lock_acquire); the token left the queue
---   {0, wait_ms}    not acquired; the token is queued (or refreshed). wait_ms
+--   {1, fence}      acquired (fence as in lock_acquire); the waiter left the queue
+--   {0, wait_ms}    not acquired; the waiter is queued (or refreshed). wait_ms
 --                   is the holder's PTTL, or, when the lock is free but an
 --                   earlier waiter is first, the time until that waiter's
 --                   entry expires; -1 when neither bounds the wait.
--- Errors (nothing written): WRONGTYPE, COORDHOST_BADCOUNTER <why>.
+-- Errors (nothing written): WRONGTYPE, COORDHOST_BADCOUNTER <why>,
+--   COORDHOST_BADARG <why> (see args.lua).
 --
 -- Minimum server: Redis 5 (TIME in scripts with effects replication).
 -- Not idempotent: never retry.
 
 local lock, queue, deadlines, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token = ARGV[1]
+local token = token_arg(1, 'token')
+ms_arg(2, 'lease', 1)
+local seq = tonumber(ARGV[3])
+if not string.match(ARGV[3] or '', '^[0-9]+$') or seq > 1023 then
+  bad_arg('arrival sequence must be a whole number in [0, 1023]')
+end
+local waiter_ms = ms_arg(4, 'waiter lease', 0)
+local waiter = token_arg(5, 'waiter id')
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -58,9 +69,9 @@ for i = 1, #gone do
 end
 
 local first = redis.call('ZRANGE', queue, 0, 0)[1]
-if (not first or first == token) and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
-  redis.call('ZREM', queue, token)
-  redis.call('ZREM', deadlines, token)
+if (not first or first == waiter) and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', deadlines, waiter)
   if counter then
     redis.call('INCR', counter)
     return {1, redis.call('GET', counter)}
@@ -68,12 +79,11 @@ if (not first or first == token) and redis.call('SET', lock, token, 'NX', 'PX', 
   return {1, ''}
 end
 
-local waiter_ms = tonumber(ARGV[4])
 if waiter_ms == 0 then
   return {0, redis.call('PTTL', lock)}
 end
-redis.call('ZADD', queue, 'NX', (now - 1704067200000) * 1024 + tonumber(ARGV[3]), token)
-redis.call('ZADD', deadlines, now + waiter_ms, token)
+redis.call('ZADD', queue, 'NX', (now - 1704067200000) * 1024 + seq, waiter)
+redis.call('ZADD', deadlines, now + waiter_ms, waiter)
 -- Keep the queue as long as its longest-lived entry (other processes may use
 -- a longer waiter lease).
 for _, k in ipairs({queue, deadlines}) do

@@ -5,14 +5,19 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  queue (see lock_acquire_fifo)
 -- KEYS[3]  queue deadlines
--- ARGV[1]  token
+-- ARGV[1]  ownership token (of the waiter's latest attempt)
 -- ARGV[2]  release channel (PUBLISH via pcall, fire and forget)
+-- ARGV[3]  waiter id (the queue member; see lock_acquire_fifo)
 --
 -- Result: 1 if the token held the lock and it was deleted, else 0.
+-- Errors (nothing written): COORDHOST_BADARG for an empty token or waiter id.
 -- Minimum server: Redis 2.6. Idempotent.
 
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+token_arg(1, 'token')
+token_arg(3, 'waiter id')
+
+redis.call('ZREM', KEYS[2], ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[3])
 local held = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])

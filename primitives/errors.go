@@ -17,8 +17,8 @@ var (
 	// cannot be placed in one cluster slot with the keys derived from it.
 	ErrInvalidKey = errors.New("coordhost: invalid key")
 
-	// ErrInvalidTTL means a lease duration is zero, negative or below one
-	// millisecond.
+	// ErrInvalidTTL means a lease duration is zero, negative, below one
+	// millisecond, or above the primitive's MaxTTL.
 	ErrInvalidTTL = errors.New("coordhost: invalid ttl")
 
 	// ErrWrongType means the key already holds a value of a type the
@@ -29,10 +29,6 @@ var (
 	// non-negative decimal integer, has a TTL, or would overflow int64.
 	// Nothing was written.
 	ErrCorruptCounter = errors.New("coordhost: fencing counter is unusable")
-
-	// ErrLeaseLost means the handle no longer owns its lease (expired,
-	// released, taken over, or its last renewal had an uncertain outcome).
-	ErrLeaseLost = errors.New("coordhost: lease lost")
 
 	// ErrClosed means the primitive (not the client) has been closed.
 	ErrClosed = errors.New("coordhost: closed")

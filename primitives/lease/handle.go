@@ -46,8 +46,11 @@ func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
 // Renew sets the field's expiry to ttl from now if this handle still owns
 // it. False without a round trip once the estimate ran out or the lease was
 // lost or released; false after a round trip when the field is gone or
-// another owner's (the handle is then lost). A transport error or
-// cancellation fails the handle closed and returns the error.
+// another owner's (the handle is then lost). When the hash got a key-level
+// TTL after the grant, nothing is renewed, the handle is lost and the error
+// matches ErrHashHasTTL. A transport error or cancellation fails the handle
+// closed and returns the error. ttl follows the rules of
+// Leases.TryAcquire (at most MaxTTL).
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	ttl, ms, err := leaseMillis(ttl)
 	if err != nil {
@@ -62,14 +65,29 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	return ok, l.explain("renew", renewScript, err)
 }
 
-// Verify asks the server whether this handle still owns the field. A false
-// answer marks the handle lost; errors leave it as it was.
+// Verify asks the server whether this handle still owns the field. It
+// answers false when the field is gone or another owner's, and also when
+// the hash has a key-level TTL (added after the grant: the lease would end
+// with the hash, whatever the field's expiry says). A false answer marks
+// the handle lost; errors leave it as it was.
 func (l *Lease) Verify(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	ok, err := l.state.Verify(ctx, l.token, func(ctx context.Context) (string, error) {
-		return l.client.Do(ctx, l.client.B().Hget().Key(l.key).Field(l.field).Build()).ToString()
+		rs := l.client.DoMulti(ctx,
+			l.client.B().Hget().Key(l.key).Field(l.field).Build(),
+			l.client.B().Pttl().Key(l.key).Build())
+		v, err := rs[0].ToString()
+		if err != nil {
+			return "", err
+		}
+		if ms, err := rs[1].AsInt64(); err != nil {
+			return "", err
+		} else if ms >= 0 {
+			return "", nil // a key-level TTL: not ours to rely on
+		}
+		return v, nil
 	})
 	if err != nil {
 		err = fmt.Errorf("lease %q field %q: verify: %w", l.key, l.field, err)

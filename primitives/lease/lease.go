@@ -46,13 +46,20 @@ import (
 // acquire.
 const DefaultCloseTimeout = 2 * time.Second
 
+// MaxTTL is the longest lease TryAcquire, Acquire and Renew accept: 100
+// years. A longer ttl fails with primitives.ErrInvalidTTL before anything
+// is sent; the scripts check it again before their first write, so HSET
+// never runs without its HPEXPIRE.
+const MaxTTL = handle.MaxTTL
+
 // Errors of this package (see also the primitives sentinels).
 var (
 	// ErrUnsupportedServer: the server lacks per-field expiry.
 	ErrUnsupportedServer = errors.New("lease: server does not support hash-field expiry")
 	// ErrHashHasTTL: the hash key has a key-level TTL, which would end every
-	// field lease at once. Nothing was written.
-	ErrHashHasTTL = errors.New("lease: hash key has a key-level TTL")
+	// field lease at once. Acquire refuses such a hash (nothing written);
+	// Renew and Verify, finding one added after the grant, fail closed.
+	ErrHashHasTTL = errors.New("lease: the hash has a key-level TTL, which would end every field lease with it (PERSIST it or use another hash)")
 	// ErrNoClientPermission: CLIENT INFO / CLIENT KILL are refused, so an
 	// uncertain acquire could not be fenced.
 	ErrNoClientPermission = fence.ErrNoPermission
@@ -124,7 +131,8 @@ func (ls *Leases) Close() error {
 
 // TryAcquire makes one attempt to take field of hashKey for ttl and never
 // waits; contention returns an error matching primitives.ErrNotAcquired.
-// ttl is rounded up to whole milliseconds and must be at least 1ms.
+// ttl is rounded up to whole milliseconds and must be at least 1ms and at
+// most MaxTTL.
 //
 // Errors, all before anything is written: primitives.ErrInvalidKey (empty
 // or reserved key, empty field), primitives.ErrInvalidTTL,
@@ -155,6 +163,7 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	got, werr := handle.Acquire(ctx, ls.engine, wait.Request{
 		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel, Policy: ls.retry,
 	}, false, func(ctx context.Context, c wait.Conn) (*Lease, time.Duration, error) {
@@ -167,6 +176,8 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 		return nil, fmt.Errorf("%w: lease %q field %q: %w", primitives.ErrNotAcquired, req.key, req.field, werr)
 	case errors.Is(werr, wait.ErrClosed):
 		return nil, fmt.Errorf("lease %q: %w", req.key, primitives.ErrClosed)
+	case ctx.Err() != nil && errors.Is(werr, ctx.Err()):
+		return nil, fmt.Errorf("lease %q field %q: not acquired after waiting %v: %w", req.key, req.field, time.Since(start).Round(time.Millisecond), werr)
 	}
 	return nil, werr
 }
@@ -337,9 +348,9 @@ func mapScriptErr(key string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code {
 		case script.CodeWrongType:
-			return fmt.Errorf("%w: lease %q: %s", primitives.ErrWrongType, key, se.Msg)
+			return fmt.Errorf("lease %q: %w", key, primitives.ErrWrongType)
 		case script.CodeKeyTTL:
-			return fmt.Errorf("%w: %q: %s", ErrHashHasTTL, key, se.Msg)
+			return fmt.Errorf("lease %q: %w", key, ErrHashHasTTL)
 		}
 	}
 	return fmt.Errorf("lease %q: %w", key, err)

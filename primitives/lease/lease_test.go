@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -192,6 +193,8 @@ func TestLeaseBadInputsWriteNothing(t *testing.T) {
 		{"zero ttl", ok, "h", "f", 0, primitives.ErrInvalidTTL},
 		{"negative ttl", ok, "h", "f", -time.Second, primitives.ErrInvalidTTL},
 		{"sub-ms ttl", ok, "h", "f", time.Microsecond, primitives.ErrInvalidTTL},
+		{"ttl above MaxTTL", ok, "h", "f", lease.MaxTTL + time.Millisecond, primitives.ErrInvalidTTL},
+		{"MaxInt64 ttl", ok, "h", "f", math.MaxInt64, primitives.ErrInvalidTTL},
 		{"cancelled", cancelled, "h", "f", time.Second, context.Canceled},
 		{"wrong type", ok, "str", "f", time.Second, primitives.ErrWrongType},
 		{"hash with key TTL", ok, "ttl", "f", time.Second, lease.ErrHashHasTTL},
@@ -322,7 +325,7 @@ func TestLeaseHandleBadInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ttl := range []time.Duration{0, -time.Second, time.Microsecond} {
+	for _, ttl := range []time.Duration{0, -time.Second, time.Microsecond, lease.MaxTTL + time.Millisecond, math.MaxInt64} {
 		if ok, err := l.Renew(ctx, ttl); ok || !errors.Is(err, primitives.ErrInvalidTTL) {
 			t.Fatalf("Renew(%v): %v %v", ttl, ok, err)
 		}

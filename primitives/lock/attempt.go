@@ -45,7 +45,7 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
 		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
-		r.queueMs = "0"
+		r.queueMs, r.waiter = "0", rand.Text()
 	}
 	return l.finish(ctx, r, key)
 }
@@ -80,7 +80,7 @@ func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string,
 			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 		}
 		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
-		r.queueMs = "0"
+		r.queueMs, r.waiter = "0", rand.Text()
 	}
 	return l.finish(ctx, r, leaseKey)
 }
@@ -148,11 +148,11 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 	case err == nil:
 		return nil, -1, nil
 	case script.IsUncertain(err):
-		l.settle(ctx, wait.Conn{}, r)
+		l.settle(ctx, wait.Conn{}, r, false)
 		return nil, 0, uncertain(r.key, err)
 	}
 	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
-		return nil, 0, fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, r.key, rerr.Error())
+		return nil, 0, fmt.Errorf("lock %q: %w", r.key, primitives.ErrWrongType)
 	}
 	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
 }
@@ -160,7 +160,7 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock, time.Duration, error) {
 	sc, keys, args := acquireScript, []string{r.key}, []string{r.token, r.ms}
 	if r.queue != "" {
-		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs)
+		sc, keys, args = fifoScript, append(keys, r.queue, r.deadlines), append(args, r.seq, r.queueMs, r.waiter)
 	}
 	if r.fence != "" {
 		keys = append(keys, r.fence)
@@ -176,7 +176,11 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 	if err != nil {
 		err = sc.Classify(err)
 		if script.IsUncertain(err) {
-			l.settle(ctx, c, r)
+			// A FIFO waiter keeps its queue entry (and so its place): the
+			// next attempt refreshes it under a fresh token. Leaving here
+			// best effort, then queueing anew, left orphaned entries at
+			// the head that held everyone up until QueueEntryTTL.
+			l.settle(ctx, c, r, l.freshQueueEntry)
 			return nil, 0, uncertain(r.key, err)
 		}
 		return nil, 0, mapScriptErr(r.key, err)
@@ -199,7 +203,7 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 			fence, err = strconv.ParseInt(s, 10, 64)
 		}
 		if err != nil {
-			l.settle(ctx, c, r)
+			l.settle(ctx, c, r, true)
 			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
 		}
 	}
@@ -212,36 +216,47 @@ func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time
 	if st.Remaining() == 0 {
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.
-		l.settle(ctx, c, r)
+		l.settle(ctx, c, r, false)
 		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
 	}
 	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
 }
 
-// settle releases r's token best effort (and leaves the FIFO queue), on a
-// context that survives the caller's cancellation but is bounded. When the
+// settle releases r's token best effort, and with leave also takes r's
+// waiter out of the FIFO queue, on a context that survives the caller's
+// cancellation but is bounded. When the
 // attempt ran on the wait engine's connection (c.ID != 0) the release goes
 // on that same connection, behind the attempt, so it cannot overtake it; if
 // that connection fails, it is killed first (CLIENT KILL ID ... ADDR ...),
 // so the attempt has either run or never will, and the release goes on the
 // shared client.
-func (l *Locker) settle(ctx context.Context, c wait.Conn, r *request) {
+func (l *Locker) settle(ctx context.Context, c wait.Conn, r *request, leave bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
 	run := func(on rueidis.CoreClient) error {
-		if r.queue != "" {
-			return leaveScript.Run(ctx, on, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel}).Error()
+		if leave && r.queue != "" {
+			return leaveScript.Run(ctx, on, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel, r.waiter}).Error()
 		}
 		return releaseScript.Run(ctx, on, []string{r.key}, []string{r.token, r.channel}).Error()
 	}
 	if c.ID != 0 {
-		if script.IsUncertain(run(c.CoreClient)) {
-			_ = fence.KillID(ctx, l.client, c.ID, c.Addr, "")
-		} else {
+		if !script.IsUncertain(run(c.CoreClient)) {
+			return
+		}
+		_ = fence.KillID(ctx, l.client, c.ID, c.Addr, "")
+	}
+	// Both scripts are idempotent: a lost reply is worth another try while
+	// the bound lasts, since a waiter that fails to leave holds up the
+	// queue until its entry expires.
+	tries := 3
+	if l.freshQueueEntry {
+		tries = 1 // the control for the FIFO stall fix: as before it
+	}
+	for range tries {
+		if err := run(l.client); !script.IsUncertain(err) || ctx.Err() != nil {
 			return
 		}
 	}
-	_ = run(l.client)
 }
 
 func uncertain(key string, err error) error {
@@ -253,9 +268,9 @@ func mapScriptErr(key string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code {
 		case script.CodeWrongType:
-			return fmt.Errorf("%w: lock %q: %s", primitives.ErrWrongType, key, se.Msg)
+			return fmt.Errorf("lock %q: %w", key, primitives.ErrWrongType)
 		case script.CodeBadCounter:
-			return fmt.Errorf("%w: lock %q: %s", primitives.ErrCorruptCounter, key, se.Msg)
+			return fmt.Errorf("lock %q: %w: %s", key, primitives.ErrCorruptCounter, se.Msg)
 		}
 	}
 	return fmt.Errorf("lock %q: %w", key, err)
@@ -281,5 +296,6 @@ type request struct {
 	token               string
 	seq                 string // FIFO arrival sequence
 	queueMs             string // FIFO queue entry lease; "0" = do not queue
+	waiter              string // FIFO queue member: one per Acquire call, kept across tokens
 	grants              string // test-only grant log key (see grantLog)
 }

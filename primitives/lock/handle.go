@@ -51,7 +51,7 @@ func (l *Lock) Done() <-chan struct{} { return l.state.Done() }
 // another owner holds the key (the handle is then lost). A transport error
 // or cancellation leaves the outcome unknown: the handle fails closed (Done
 // closes, later renewals return false) and the error is returned. ttl
-// follows the rules of Locker.TryAcquire.
+// follows the rules of Locker.TryAcquire (at most MaxTTL).
 func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	ttl, ms, err := leaseMillis(ttl)
 	if err != nil {

@@ -53,6 +53,12 @@ import (
 // cleanup after an uncertain acquire.
 const DefaultCloseTimeout = 2 * time.Second
 
+// MaxTTL is the longest lease Acquire, TryAcquire and Renew accept: 100
+// years. A longer ttl fails with primitives.ErrInvalidTTL before anything
+// is sent (counted in milliseconds it would overflow, and a negative
+// PEXPIRE deletes the key).
+const MaxTTL = handle.MaxTTL
+
 // ReservedPrefix is the namespace, right after Options.Prefix, where the
 // Locker keeps fencing counters and release channels. Lock keys may not
 // start with it.
@@ -126,9 +132,12 @@ type Locker struct {
 	// the fault-history checker settles lost replies from it.
 	grantLog bool
 	seq      atomic.Uint64
-	derived  bool        // shares another Locker's engine (Derive)
-	closed   atomic.Bool // Close was called // FIFO arrival sequence within this process
-	engine   *wait.Engine
+	// freshQueueEntry is set only by tests (export_test.go): the control
+	// for the FIFO stall fix.
+	freshQueueEntry bool
+	derived         bool        // shares another Locker's engine (Derive)
+	closed          atomic.Bool // Close was called // FIFO arrival sequence within this process
+	engine          *wait.Engine
 }
 
 // New returns a Locker on client. It does not dial anything. Errors wrap
@@ -204,7 +213,8 @@ func (l *Locker) isClosed() bool {
 
 // TryAcquire makes one attempt to take the lock key for ttl and never
 // waits. Contention returns an error matching primitives.ErrNotAcquired.
-// ttl is rounded up to whole milliseconds and must be at least 1ms.
+// ttl is rounded up to whole milliseconds and must be at least 1ms and at
+// most MaxTTL.
 //
 // Other errors: primitives.ErrInvalidKey, primitives.ErrInvalidTTL (nothing
 // sent), primitives.ErrWrongType, primitives.ErrCorruptCounter (nothing
@@ -276,6 +286,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 }
 
 func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
+	start := time.Now()
 	wreq := wait.Request{Key: req.key, Channel: req.channel, Policy: l.retry}
 	if l.fifo {
 		req.queueMs = strconv.FormatInt(QueueEntryTTL.Milliseconds(), 10)
@@ -290,9 +301,14 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 		}
 		last = c
 		return l.attempt(ctx, c, req)
-	}, func() { req.token = rand.Text() })
+	}, func() {
+		req.token = rand.Text()
+		if l.freshQueueEntry {
+			req.waiter = rand.Text()
+		}
+	})
 	if werr != nil && l.fifo {
-		l.settle(ctx, last, req) // leave the queue behind our latest attempt
+		l.settle(ctx, last, req, true) // leave the queue behind our latest attempt
 	}
 	switch {
 	case werr == nil:
@@ -301,6 +317,8 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 		return nil, fmt.Errorf("%w: lock %q: %w", primitives.ErrNotAcquired, req.key, werr)
 	case errors.Is(werr, wait.ErrClosed):
 		return nil, fmt.Errorf("lock %q: %w", req.key, primitives.ErrClosed)
+	case ctx.Err() != nil && errors.Is(werr, ctx.Err()):
+		return nil, fmt.Errorf("lock %q: not acquired after waiting %v: %w", req.key, time.Since(start).Round(time.Millisecond), werr)
 	}
 	return nil, werr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -284,6 +285,8 @@ func TestBadInputsWriteNothing(t *testing.T) {
 		{"zero ttl", ok, "k", 0, primitives.ErrInvalidTTL},
 		{"negative ttl", ok, "k", -time.Second, primitives.ErrInvalidTTL},
 		{"sub-ms ttl", ok, "k", 999 * time.Microsecond, primitives.ErrInvalidTTL},
+		{"ttl above MaxTTL", ok, "k", lock.MaxTTL + time.Millisecond, primitives.ErrInvalidTTL},
+		{"MaxInt64 ttl", ok, "k", math.MaxInt64, primitives.ErrInvalidTTL},
 		{"cancelled ctx", cancelled, "k", time.Second, context.Canceled},
 		{"wrong type", ok, "hash", time.Second, primitives.ErrWrongType},
 	}
@@ -322,10 +325,14 @@ func TestBadInputsWriteNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ttl := range []time.Duration{0, -1, time.Microsecond} {
+	pttl := s.MustCmd(t, "PTTL", "p:k")
+	for _, ttl := range []time.Duration{0, -1, time.Microsecond, lock.MaxTTL + time.Millisecond, math.MaxInt64} {
 		if okk, err := a.Renew(ok, ttl); okk || !errors.Is(err, primitives.ErrInvalidTTL) {
 			t.Fatalf("Renew(%v): %v %v", ttl, okk, err)
 		}
+	}
+	if after := s.MustCmd(t, "PTTL", "p:k"); after > pttl || after == "-2" {
+		t.Fatalf("a refused Renew changed the key: PTTL %s -> %s", pttl, after)
 	}
 	if okk, err := a.Renew(cancelled, time.Second); okk || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Renew(cancelled): %v %v", okk, err)

@@ -8,14 +8,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordhost/coordhost/lua"
 	"github.com/redis/rueidis"
 )
 
+// MaxTTL is the longest lease any handle accepts: 100 years. Longer TTLs
+// are refused before anything is sent, and the scripts refuse them too
+// (lua.MaxTTLMillis), because a duration that overflows when counted in
+// milliseconds turns negative, and PEXPIRE with a negative TTL deletes the
+// key.
+const MaxTTL = time.Duration(lua.MaxTTLMillis) * time.Millisecond
+
 // Millis rounds ttl up to whole milliseconds, the unit Redis stores. Below
-// 1ms it fails: PX 0 would delete the key.
+// 1ms it fails (PX 0 would delete the key), and above MaxTTL.
 func Millis(ttl time.Duration) (time.Duration, string, error) {
 	if ttl < time.Millisecond {
 		return 0, "", fmt.Errorf("ttl %v is below 1ms", ttl)
+	}
+	if ttl > MaxTTL {
+		return 0, "", fmt.Errorf("ttl %v is above the maximum of %v (100 years)", ttl, MaxTTL)
 	}
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond
 	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
@@ -64,21 +75,29 @@ func (s *State) Release(ctx context.Context, run func(context.Context) (int64, e
 }
 
 // Verify reads the current owner token with get and compares it with
-// token. Absent, foreign-typed or another owner's: the handle is lost.
-// Transport errors leave the handle as it was.
+// token. Absent (a Redis nil), foreign-typed (WRONGTYPE) or another
+// owner's: the handle is lost and Verify answers false without an error.
+// Transport errors and other error replies leave the handle as it was.
 func (s *State) Verify(ctx context.Context, token string, get func(context.Context) (string, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	v, err := get(ctx)
-	if rerr, ok := rueidis.IsRedisErr(err); err != nil && (!ok || !(rueidis.IsRedisNil(err) || strings.HasPrefix(rerr.Error(), "WRONGTYPE"))) {
-		return false, err
-	}
-	if err != nil || v != token {
+	switch {
+	case err == nil && v == token:
+		return true, nil
+	case err == nil, rueidis.IsRedisNil(err), isWrongType(err):
 		s.Lost()
 		return false, nil
 	}
-	return true, nil
+	return false, err
+}
+
+// isWrongType reports whether err is Redis' WRONGTYPE reply. (IsRedisErr
+// answers false for a nil reply, so it cannot be used to find one.)
+func isWrongType(err error) bool {
+	rerr, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
 // UncertainAcquire reports an acquire whose reply was lost: the grant may

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -54,6 +55,10 @@ const (
 	CodeBadCounter
 	// CodeKeyTTL is COORDHOST_KEYTTL: a hash of field leases has a key TTL.
 	CodeKeyTTL
+	// CodeBadArg is COORDHOST_BADARG: the script refused an argument
+	// before writing anything (the callers validate first, so this means
+	// a caller's bug).
+	CodeBadArg
 )
 
 // Error is a Redis error reply from a script, classified.
@@ -77,20 +82,34 @@ func (s *Script) Classify(err error) error {
 	if !ok || rerr == nil || rueidis.IsRedisNil(err) {
 		return err
 	}
-	msg := rerr.Error()
-	// Errors raised by redis.call inside a script carry "ERR Error running
-	// script ... : WRONGTYPE ..." on old servers and "WRONGTYPE ..." with a
-	// script suffix on newer ones; match the word anywhere.
-	for word, code := range map[string]Code{"COORDHOST_BADCOUNTER": CodeBadCounter, "COORDHOST_KEYTTL": CodeKeyTTL} {
-		if i := strings.Index(msg, word); i >= 0 {
-			return &Error{Script: s.name, Code: code, Msg: strings.TrimSpace(msg[i+len(word):])}
+	msg := Clean(rerr.Error())
+	for _, c := range []struct {
+		word string
+		code Code
+	}{{"COORDHOST_BADCOUNTER", CodeBadCounter}, {"COORDHOST_KEYTTL", CodeKeyTTL}, {"COORDHOST_BADARG", CodeBadArg}} {
+		if i := strings.Index(msg, c.word); i >= 0 {
+			return &Error{Script: s.name, Code: c.code, Msg: strings.TrimSpace(msg[i+len(c.word):])}
 		}
 	}
-	switch {
-	case strings.Contains(msg, "WRONGTYPE"):
-		return &Error{Script: s.name, Code: CodeWrongType, Msg: msg}
+	if strings.Contains(msg, "WRONGTYPE") {
+		return &Error{Script: s.name, Code: CodeWrongType, Msg: "the key holds a value of another type (WRONGTYPE)"}
 	}
 	return &Error{Script: s.name, Code: CodeOther, Msg: msg}
+}
+
+// Script locations that Redis adds to error replies: "... script: <sha>, on
+// @user_script:60." (Redis 7+, Valkey) and "Error running script (call to
+// f_<sha>): @user_script:60: ..." (older servers). They name a SHA and a
+// line of a file the caller never sees.
+var (
+	scriptSuffix = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:[0-9]+\.?\s*$`)
+	scriptPrefix = regexp.MustCompile(`(?:ERR )?Error running script \(call to f_[0-9a-f]{40}\): @user_script:[0-9]+: `)
+)
+
+// Clean strips the script location Redis adds to an error reply raised
+// inside a script, leaving the error itself.
+func Clean(msg string) string {
+	return strings.TrimSpace(scriptPrefix.ReplaceAllString(scriptSuffix.ReplaceAllString(msg, ""), ""))
 }
 
 // IsUncertain reports whether err leaves the outcome of a command unknown:

@@ -1,0 +1,109 @@
+package lua_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/lua"
+)
+
+// Every script refuses bad arguments with COORDHOST_BADARG before its first
+// write: the Go side validates first, but a script must never be the place
+// where a half-written state (HSET without its HPEXPIRE, a key deleted by a
+// negative PEXPIRE) can come from.
+func TestScriptsValidateBeforeWriting(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8)) // has HPEXPIRE for the lease scripts
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eval := func(src string, keys, args []string) error {
+		cmd := append([]string{"EVAL", src, strconv.Itoa(len(keys))}, keys...)
+		return s.Do(ctx, append(cmd, args...)...).Error()
+	}
+	badMs := []string{"", "0", "-1", "-9223372036854775808", "1.5", "1e3", " 5", "0x10", "abc",
+		"3153600000001", "9223372036854775807", "99999999999999999999"}
+
+	type script struct {
+		name     string
+		src      string
+		keys     []string
+		args     func(ms string) []string // the other arguments valid
+		minMs    string                   // ms below which the script refuses ("1" for leases)
+		setup    [][]string
+		emptyArg []int // argument positions (0-based) that must not be empty
+	}
+	scripts := []script{
+		{"lock_acquire", lua.LockAcquire, []string{"l"}, func(ms string) []string { return []string{"tok", ms} }, "1", nil, []int{0}},
+		{"lock_acquire fenced", lua.LockAcquire, []string{"l", "c"}, func(ms string) []string { return []string{"tok", ms} }, "1", nil, []int{0}},
+		{"lock_renew", lua.LockRenew, []string{"held"}, func(ms string) []string { return []string{"tok", ms} }, "1",
+			[][]string{{"SET", "held", "tok", "PX", "600000"}}, []int{0}},
+		{"lock_acquire_fifo", lua.LockAcquireFIFO, []string{"l", "q", "qd"}, func(ms string) []string { return []string{"tok", ms, "7", "15000", "w"} }, "1", nil, []int{0, 4}},
+		{"lock_acquire_fifo waiter lease", lua.LockAcquireFIFO, []string{"l", "q", "qd"}, func(ms string) []string { return []string{"tok", "1000", "7", ms, "w"} }, "0", nil, nil},
+		{"lock_leave_fifo", lua.LockLeaveFIFO, []string{"held", "q", "qd"}, func(string) []string { return []string{"tok", "ch", "w"} }, "",
+			[][]string{{"SET", "held", "tok", "PX", "600000"}, {"ZADD", "q", "1", "w"}, {"ZADD", "qd", "1", "w"}}, []int{0, 2}},
+		{"lease_acquire", lua.LeaseAcquire, []string{"h"}, func(ms string) []string { return []string{"f", "tok", ms} }, "1", nil, []int{0, 1}},
+		{"lease_renew", lua.LeaseRenew, []string{"hh"}, func(ms string) []string { return []string{"f", "tok", ms} }, "1",
+			[][]string{{"HSET", "hh", "f", "tok"}, {"HPEXPIRE", "hh", "600000", "FIELDS", "1", "f"}}, []int{0, 1}},
+	}
+	for _, sc := range scripts {
+		t.Run(sc.name, func(t *testing.T) {
+			s.Do(ctx, "FLUSHALL")
+			for _, c := range sc.setup {
+				if err := s.Do(ctx, c...).Error(); err != nil {
+					t.Fatalf("%v: %v", c, err)
+				}
+			}
+			before := snapshot(t, s)
+			check := func(what string, args []string) {
+				t.Helper()
+				err := eval(sc.src, sc.keys, args)
+				if err == nil || !strings.Contains(err.Error(), "COORDHOST_BADARG") {
+					t.Errorf("%s %q: got %v, want COORDHOST_BADARG", what, args, err)
+				}
+				if after := snapshot(t, s); after != before {
+					t.Errorf("%s %q wrote:\nbefore %s\nafter  %s", what, args, before, after)
+				}
+			}
+			if sc.minMs != "" {
+				for _, ms := range badMs {
+					if ms == "0" && sc.minMs == "0" {
+						continue
+					}
+					check("ms", sc.args(ms))
+				}
+			}
+			for _, i := range sc.emptyArg {
+				args := sc.args("1000")
+				args[i] = ""
+				check("empty", args)
+			}
+		})
+	}
+}
+
+// snapshot is every key with its type, value and TTLs, as one string.
+func snapshot(t *testing.T, s *redistest.Server) string {
+	t.Helper()
+	var b strings.Builder
+	keys := strings.Fields(s.MustCmd(t, "KEYS", "*"))
+	slices.Sort(keys)
+	for _, k := range keys {
+		typ := s.MustCmd(t, "TYPE", k)
+		b.WriteString(k + ":" + typ + "=")
+		switch typ {
+		case "string":
+			b.WriteString(s.MustCmd(t, "GET", k))
+		case "hash":
+			b.WriteString(strings.ReplaceAll(s.MustCmd(t, "HGETALL", k), "\n", ","))
+			b.WriteString(" fieldttl=" + strings.ReplaceAll(s.MustCmd(t, "HPEXPIRETIME", k, "FIELDS", "1", "f"), "\n", ","))
+		case "zset":
+			b.WriteString(strings.ReplaceAll(s.MustCmd(t, "ZRANGE", k, "0", "-1", "WITHSCORES"), "\n", ","))
+		}
+		b.WriteString(" expire=" + s.MustCmd(t, "PEXPIRETIME", k) + "; ")
+	}
+	return b.String()
+}
