@@ -23,7 +23,9 @@ test: redis lint depcheck
 test-short: redis
 	. ./$(REDIS_ENV) && $(GO) test -count=1 -short ./...
 
-run: build plugin-example
+# run installs the Redis servers like test does (the demo's dev mode runs the
+# Redis 8 named in $(REDIS_ENV), not whatever PATH holds), then the demo.
+run: redis build plugin-example
 	bash scripts/demo.sh $(BIN)
 
 bench: redis

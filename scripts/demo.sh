@@ -49,7 +49,32 @@ fail() {
 [ -f "$CONFIG" ] || fail "$CONFIG is missing"
 [ -f "$WASM" ] || fail "$WASM is missing: build it with 'make wasm' (scripts/build-wasm.sh)"
 [ -x "$PLUGIN" ] || fail "$PLUGIN is missing: build it with 'make plugin-example'"
-command -v curl >/dev/null || fail "curl is not installed"
+
+# The redis-server for dev mode: $COORDHOST_REDIS_SERVER if set, else the
+# Redis 8 that `make redis` (scripts/redis-servers.sh) installed and named
+# in .cache/redis-env.sh (Redis 8 has the hash-field expiry leases need),
+# else redis-server on PATH. The demo never depends on PATH holding one.
+if [ -z "${COORDHOST_REDIS_SERVER:-}" ] && [ -f .cache/redis-env.sh ]; then
+	# shellcheck disable=SC1091
+	. ./.cache/redis-env.sh
+	export COORDHOST_REDIS_SERVER=${COORDHOST_REDIS8_SERVER:-${COORDHOST_REDIS7_SERVER:-}}
+fi
+if [ -z "${COORDHOST_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null; then
+	fail "no redis-server: run 'make redis' (scripts/redis-servers.sh) or set COORDHOST_REDIS_SERVER"
+fi
+
+# http_get ADDR PATH prints the body of an HTTP GET when the status is 200
+# (bash's /dev/tcp: no curl needed on a fresh machine).
+http_get() {
+	local host=${1%:*} port=${1##*:} status body
+	exec 3<>"/dev/tcp/$host/$port" || return 1
+	printf 'GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n' "$2" "$1" >&3
+	body=$(cat <&3)
+	exec 3<&-
+	status=$(head -1 <<<"$body" | tr -d '\r')
+	[[ $status == HTTP/1.?" 200"* ]] || { echo "demo: GET $2: $status" >&2; return 1; }
+	sed '1,/^\r\{0,1\}$/d' <<<"$body"
+}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/coordhost-demo.XXXXXX")
 SOCK=$TMP/redis.sock
@@ -127,11 +152,12 @@ fi
 show_serve_log
 ADDR=$(grep -o '"msg":"listening","addr":"[^"]*"' "$SERVE_LOG" | head -1 | sed 's/.*"addr":"//; s/"$//')
 [ -n "$ADDR" ] || fail "no address in serve's log"
-echo "demo: curl http://$ADDR/readyz"
-curl -fsS "http://$ADDR/readyz" | sed 's/^/[curl]     /' || fail "/readyz did not answer 200"
-echo "demo: curl http://$ADDR/metrics (some coordhost_ metrics, without histogram buckets)"
-METRICS=$(curl -fsS "http://$ADDR/metrics") || fail "/metrics did not answer 200"
-awk '/^coordhost_/ && !/_bucket\{/ && n++ < 6 { print "[curl]     " $0 }' <<<"$METRICS"
+echo "demo: GET http://$ADDR/readyz"
+READY=$(http_get "$ADDR" /readyz) || fail "/readyz did not answer 200"
+sed 's/^/[http]     /' <<<"$READY"
+echo "demo: GET http://$ADDR/metrics (some coordhost_ metrics, without histogram buckets)"
+METRICS=$(http_get "$ADDR" /metrics) || fail "/metrics did not answer 200"
+awk '/^coordhost_/ && !/_bucket\{/ && n++ < 6 { print "[http]     " $0 }' <<<"$METRICS"
 grep -q '^coordhost_config_generation 1$' <<<"$METRICS" || fail "/metrics lacks coordhost_config_generation 1"
 
 # The critical section: runs as CMD under the lock. It logs enter/leave
