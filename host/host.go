@@ -111,9 +111,26 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 	if err != nil {
 		return nil, err
 	}
+	h.warnServerHazards(ctx)
 	h.gen.Store(g)
 	h.metrics.gen.Set(float64(h.genNo.Add(1)))
 	return h, nil
+}
+
+// warnServerHazards logs every server setting that can break coordhost's
+// guarantees (see ServerHazards). Dev mode's private server has no
+// persistence by design and is not checked.
+func (h *Host) warnServerHazards(ctx context.Context) {
+	if h.dev != nil {
+		return
+	}
+	hazards, err := ServerHazards(ctx, h.client)
+	for _, hz := range hazards {
+		h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
+	}
+	if err != nil {
+		h.log.Info("could not check every redis setting; see the docs for the ones coordhost relies on", "err", err)
+	}
 }
 
 // connect sets up the Redis client.

@@ -8,4 +8,12 @@ func EnableGrantLog(l *Locker) { l.grantLog = true }
 // FreshQueueEntryOnUncertain restores the behaviour before the FIFO stall
 // fix, for the control test: after an uncertain attempt the waiter takes a
 // fresh queue entry and removes the old one only best effort.
+// lateGrantWindow is the delay of the second cleanup after an uncertain
+// attempt on the shared client.
+const LateGrantWindow = lateGrantWindow
+
 func FreshQueueEntryOnUncertain(l *Locker) { l.freshQueueEntry = true }
+
+// NoSecondCleanup turns off the cleanup that follows an uncertain attempt
+// on the shared client after LateGrantWindow, for the control test.
+func NoSecondCleanup(l *Locker) { l.noSecondCleanup = true }

@@ -31,8 +31,12 @@ func (l *Lock) Key() string { return l.key }
 // Token returns the random ownership token stored at the key.
 func (l *Lock) Token() string { return l.token }
 
-// FencingToken returns the counter value this grant received, strictly
-// greater than any earlier grant's on the same key; 0 when fencing is off.
+// FencingToken returns the counter value this grant received; 0 when
+// fencing is off. It is greater than every earlier grant's on the same key
+// as long as the server keeps the counter: see "What the guarantees rest
+// on" in the package documentation (a restart without persistence, an
+// eviction, a failover that loses writes, or someone deleting the counter
+// restarts the sequence).
 func (l *Lock) FencingToken() int64 { return l.fence }
 
 // Remaining returns the local estimate of the time left, measured from

@@ -108,3 +108,46 @@ func TestErrorTexts(t *testing.T) {
 		t.Fatalf("timed-out Acquire says %q: it must name the key", msg)
 	}
 }
+
+// Fencing tokens are strictly increasing only while the server keeps the
+// counter: with appendonly on, a restart continues the sequence; without
+// persistence it restarts at 1 (the hazard the package documentation
+// describes, reproduced).
+func TestFencingTokensAcrossRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int64 // first token after the restart
+	}{
+		{"appendonly always", []string{"--appendonly", "yes", "--appendfsync", "always"}, 6},
+		{"no persistence", nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t, redistest.Args(tc.args...))
+			ctx := ctxT(t, 30*time.Second)
+			l := newLocker(t, s.Client(t), lock.Options{Fencing: true})
+			for want := int64(1); want <= 5; want++ {
+				a, err := l.TryAcquire(ctx, "job", time.Minute)
+				if err != nil || a.FencingToken() != want {
+					t.Fatalf("grant %d: token %v, %v", want, a, err)
+				}
+				a.Release(ctx)
+			}
+			s.Restart(t)
+			var a *lock.Lock
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if a, err = l.TryAcquire(ctx, "job", time.Minute); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("after restart: %v", err)
+			}
+			if got := a.FencingToken(); got != tc.want {
+				t.Fatalf("first token after the restart is %d, want %d", got, tc.want)
+			}
+			t.Logf("%s: first token after a restart: %d (the last before it was 5)", tc.name, a.FencingToken())
+		})
+	}
+}

@@ -56,8 +56,8 @@ func TestCleanDropsScriptLocation(t *testing.T) {
 	sha := "4f7c0ad3b1e2c3d4e5f60718293a4b5c6d7e8f90"
 	for in, want := range map[string]string{
 		"WRONGTYPE Operation against a key holding the wrong kind of value script: " + sha + ", on @user_script:60.": "WRONGTYPE Operation against a key holding the wrong kind of value",
-		"ERR Error running script (call to f_" + sha + "): @user_script:12: WRONGTYPE Operation against a key": "WRONGTYPE Operation against a key",
-		"COORDHOST_BADARG lease must be a whole number of milliseconds script: " + sha + ", on @user_script:3.": "COORDHOST_BADARG lease must be a whole number of milliseconds",
+		"ERR Error running script (call to f_" + sha + "): @user_script:12: WRONGTYPE Operation against a key":       "WRONGTYPE Operation against a key",
+		"COORDHOST_BADARG lease must be a whole number of milliseconds script: " + sha + ", on @user_script:3.":      "COORDHOST_BADARG lease must be a whole number of milliseconds",
 		"ERR plain error": "ERR plain error",
 	} {
 		if got := script.Clean(in); got != want {

@@ -1,0 +1,94 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// ServerCheckTimeout bounds ServerHazards.
+const ServerCheckTimeout = 5 * time.Second
+
+// ServerHazards reads the settings of every server behind client that can
+// break what coordhost promises, and returns one sentence per hazard found
+// (none: nil). It writes nothing. The hazards:
+//
+//   - maxmemory set with a maxmemory-policy other than noeviction: Redis may
+//     evict lock keys (they carry TTLs, so volatile-* policies pick them
+//     too) and fencing counters, so a lock can be granted twice and
+//     fencing tokens restart.
+//   - no persistence (appendonly no and no save points): a restart forgets
+//     every lock, lease and fencing counter; tokens restart from 1.
+//   - replicas: replication is asynchronous, so a failover can lose the
+//     latest grants and counter increments.
+//
+// Servers that refuse CONFIG (an ACL, or a managed service that renames
+// it) give an error that says so; callers log it and go on.
+func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, ServerCheckTimeout)
+	defer cancel()
+	nodes := client.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for a := range nodes {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	var hazards []string
+	seen := map[string]bool{}
+	for _, addr := range addrs {
+		n := nodes[addr]
+		cfg, err := configGet(ctx, n, "maxmemory", "maxmemory-policy", "appendonly", "save")
+		if err != nil {
+			return hazards, fmt.Errorf("host: checking the settings of Redis at %s: %w", addr, err)
+		}
+		add := func(h string) {
+			if !seen[h] {
+				seen[h] = true
+				hazards = append(hazards, h)
+			}
+		}
+		if mm := cfg["maxmemory"]; mm != "" && mm != "0" && cfg["maxmemory-policy"] != "noeviction" {
+			add(fmt.Sprintf("maxmemory-policy is %q with maxmemory %s: Redis may evict lock keys and fencing counters, so a lock can be granted twice and fencing tokens restart; set maxmemory-policy noeviction", cfg["maxmemory-policy"], mm))
+		}
+		if cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "" {
+			add("no persistence (appendonly no, no save points): a Redis restart forgets every lock, lease and fencing counter, and fencing tokens restart from 1; turn on appendonly (appendfsync everysec or always)")
+		}
+		info, err := n.Do(ctx, n.B().Info().Section("replication").Build()).ToString()
+		if err != nil {
+			continue // INFO refused: CONFIG answered, so report what we have
+		}
+		if replicas := infoInt(info, "connected_slaves"); replicas > 0 {
+			add(fmt.Sprintf("%s has %d replica(s): replication is asynchronous, so a failover can lose the latest grants and fencing counter increments", addr, replicas))
+		}
+	}
+	return hazards, nil
+}
+
+func configGet(ctx context.Context, c rueidis.Client, names ...string) (map[string]string, error) {
+	out := make(map[string]string, len(names))
+	for _, name := range names {
+		m, err := c.Do(ctx, c.B().ConfigGet().Parameter(name).Build()).AsStrMap()
+		if err != nil {
+			return nil, fmt.Errorf("CONFIG GET %s: %w", name, err)
+		}
+		out[name] = m[name]
+	}
+	return out, nil
+}
+
+// infoInt reads "name:N" from an INFO section; -1 when absent.
+func infoInt(info, name string) int {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
