@@ -52,10 +52,10 @@
 // scripts refuse a fencing counter that has a TTL, is not a plain decimal
 // or would overflow; a fenced protected resource rejects any token not
 // above the last one it saw, which turns a reused token into a refused
-// write rather than a silent overlap. Clock jumps on the server do not
-// matter to locks (Redis expires keys on its own monotonic view); a client
-// paused longer than its TTL loses the lock, which Done and the fencing
-// token make visible.
+// write rather than a silent overlap. Redis stores absolute expiry times,
+// so a jump of the server's wall clock moves every lock's expiry with it;
+// keep server clocks slewed, not stepped. A client paused longer than its
+// TTL loses the lock, which Done and the fencing token make visible.
 package lock
 
 import (
