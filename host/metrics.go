@@ -2,10 +2,12 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/policies/plugin"
 	"github.com/coordhost/coordhost/policies/wasm"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -159,9 +161,15 @@ type pluginObs struct {
 	name string
 }
 
+// ObserveCall counts one call sent to the plugin with the outcomes the
+// wasm and builtin drivers use: "ok", "refused" (a partition policy's own
+// refusal, not a failure) or "failure".
 func (o pluginObs) ObserveCall(kind policies.Kind, d time.Duration, err error) {
 	outcome := "ok"
-	if err != nil {
+	switch {
+	case errors.Is(err, plugin.ErrRefused):
+		outcome = "refused"
+	case err != nil:
 		outcome = "failure"
 	}
 	o.m.observe(o.name, "plugin", kind, outcome, d)
