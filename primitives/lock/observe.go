@@ -196,7 +196,8 @@ func acquireOutcome(ctx context.Context, waits bool, err error) AcquireOutcome {
 }
 
 // watch is what a granted Lock needs to report to its Observer; nil when
-// the Locker has none (every method is then a no-op).
+// the Locker has none. Each method the Lock calls is a nil check that
+// inlines; the work is in the unexported *Slow twin.
 type watch struct {
 	o       Observer
 	granted time.Time
@@ -213,14 +214,19 @@ type watch struct {
 // renewing reports, before a Renew is sent, whether the handle could still
 // renew: not lost, not released, estimate running.
 func (w *watch) renewing(l *Lock) bool {
-	return w != nil && l.state.CanRenew(time.Now())
+	return w != nil && w.renewingSlow(l)
 }
+
+func (w *watch) renewingSlow(l *Lock) bool { return l.state.CanRenew(time.Now()) }
 
 // renewed reports a Renew's result; live is what renewing said before it.
 func (w *watch) renewed(l *Lock, live, ok bool, err error) {
-	if w == nil {
-		return
+	if w != nil {
+		w.renewedSlow(l, live, ok, err)
 	}
+}
+
+func (w *watch) renewedSlow(l *Lock, live, ok bool, err error) {
 	switch {
 	case ok:
 		w.o.ObserveRenew(l, RenewRenewed, nil)
@@ -245,7 +251,13 @@ func (w *watch) renewed(l *Lock, live, ok bool, err error) {
 
 // verified reports a Verify's result.
 func (w *watch) verified(l *Lock, ok bool, err error) {
-	if w != nil && !ok && err == nil && !l.state.IsReleased() {
+	if w != nil && !ok && err == nil {
+		w.verifiedSlow(l)
+	}
+}
+
+func (w *watch) verifiedSlow(l *Lock) {
+	if !l.state.IsReleased() {
 		w.lose(l, LostVerify)
 	}
 }
@@ -253,9 +265,10 @@ func (w *watch) verified(l *Lock, ok bool, err error) {
 // releasing counts a Release about to be sent and reports whether the
 // handle's estimate had already run out (or it was lost).
 func (w *watch) releasing(l *Lock) (gone bool) {
-	if w == nil {
-		return false
-	}
+	return w != nil && w.releasingSlow(l)
+}
+
+func (w *watch) releasingSlow(l *Lock) (gone bool) {
 	gone = l.state.Remaining() == 0
 	w.mu.Lock()
 	w.pending++
@@ -266,9 +279,12 @@ func (w *watch) releasing(l *Lock) (gone bool) {
 // released reports a Release's result: n is the script's answer (1
 // released, 0 absent, -1 another owner's); gone is what releasing said.
 func (w *watch) released(l *Lock, gone bool, n int64, err error) {
-	if w == nil {
-		return
+	if w != nil {
+		w.releasedSlow(l, gone, n, err)
 	}
+}
+
+func (w *watch) releasedSlow(l *Lock, gone bool, n int64, err error) {
 	held := time.Since(w.granted)
 	w.mu.Lock()
 	w.pending--
@@ -279,9 +295,11 @@ func (w *watch) released(l *Lock, gone bool, n int64, err error) {
 	case n == 1:
 		w.freed = true
 		lost = gone // released, but only after the estimate ran out
-	case n == 0 && (w.pending > 0 || w.freed):
+	case w.pending > 0 || w.freed:
 		// A concurrent Release of this handle deleted the key (or is
-		// still settling): this call's "absent" is its echo.
+		// still settling): this call's "absent" (or "another owner's",
+		// if someone took the lock in between) is its echo. The last
+		// call to settle judges the loss.
 	default:
 		lost = true
 	}
@@ -293,14 +311,15 @@ func (w *watch) released(l *Lock, gone bool, n int64, err error) {
 		return
 	}
 	w.o.ObserveRelease(l, releaseResult(n), held, nil)
-	switch {
-	case !lost:
-	case gone:
-		w.o.ObserveLost(l, LostExpired)
-	case n < 0:
-		w.o.ObserveLost(l, LostReleaseNotOwned)
-	default:
-		w.o.ObserveLost(l, LostReleaseAbsent)
+	if lost {
+		switch {
+		case gone:
+			w.o.ObserveLost(l, LostExpired)
+		case n < 0:
+			w.o.ObserveLost(l, LostReleaseNotOwned)
+		default:
+			w.o.ObserveLost(l, LostReleaseAbsent)
+		}
 	}
 }
 
