@@ -197,7 +197,7 @@ func acquireOutcome(ctx context.Context, waits bool, err error) AcquireOutcome {
 
 // watch is what a granted Lock needs to report to its Observer; nil when
 // the Locker has none. Each method the Lock calls is a nil check that
-// inlines; the work is in the unexported *Slow twin.
+// inlines; the work is in its *Slow twin.
 type watch struct {
 	o       Observer
 	granted time.Time
