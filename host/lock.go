@@ -86,15 +86,26 @@ func (nl *namedLock) key(ctx context.Context, attrs map[string]string) (string, 
 // Acquire waits for the lock for the configured TTL, consulting the
 // configured retry policy between attempts.
 func (l *Lock) Acquire(ctx context.Context, attrs map[string]string) (*lock.Lock, error) {
-	return l.do(ctx, attrs, (*lock.Locker).Acquire)
+	return l.observe(ctx, attrs, true, (*lock.Locker).Acquire)
 }
 
 // TryAcquire makes one attempt.
 func (l *Lock) TryAcquire(ctx context.Context, attrs map[string]string) (*lock.Lock, error) {
-	return l.do(ctx, attrs, (*lock.Locker).TryAcquire)
+	return l.observe(ctx, attrs, false, (*lock.Locker).TryAcquire)
 }
 
 type acquireFunc func(*lock.Locker, context.Context, string, time.Duration) (*lock.Lock, error)
+
+// observe runs one acquisition and counts it, once, across the
+// generations it may move through (coordhost_lock_acquisitions_total,
+// coordhost_lock_wait_duration_seconds). The lock's renewals, releases and
+// losses are reported by its Locker's observer (metrics.lockObserver).
+func (l *Lock) observe(ctx context.Context, attrs map[string]string, waits bool, fn acquireFunc) (*lock.Lock, error) {
+	start := time.Now()
+	got, err := l.do(ctx, attrs, fn)
+	l.h.metrics.observeAcquire(ctx, l.name, waits, time.Since(start), err)
+	return got, err
+}
 
 func (l *Lock) do(ctx context.Context, attrs map[string]string, fn acquireFunc) (*lock.Lock, error) {
 	for {

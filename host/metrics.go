@@ -2,16 +2,21 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/policies/plugin"
 	"github.com/coordhost/coordhost/policies/wasm"
+	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics holds the Prometheus collectors of one Host (not per generation:
-// counters survive reloads).
+// counters survive reloads). docs/metrics.md lists every metric.
 type metrics struct {
 	reg       *prometheus.Registry
 	calls     *prometheus.CounterVec   // policy, driver, kind, outcome
@@ -21,11 +26,32 @@ type metrics struct {
 	cache     *prometheus.CounterVec   // policy, result
 	reloads   *prometheus.CounterVec   // result
 	gen       prometheus.Gauge
+
+	// Named locks (lock.go, lockObs), by configured name, never by key.
+	acquires *prometheus.CounterVec   // lock, outcome
+	wait     *prometheus.HistogramVec // lock, outcome
+	hold     *prometheus.HistogramVec // lock
+	releases *prometheus.CounterVec   // lock, result
+	renewals *prometheus.CounterVec   // lock, outcome
+	lost     *prometheus.CounterVec   // lock, reason
+
+	// runtime holds the Go and process collectors this Host registered
+	// (not those the registry already had), to unregister them.
+	runtime []prometheus.Collector
 }
 
+// Buckets of the lock histograms, in seconds.
+var (
+	lockWaitBuckets = []float64{1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	lockHoldBuckets = []float64{1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}
+)
+
 // newMetrics registers the Host's collectors in reg. A registry that
-// already holds them (a Host created again after Close, or after a failed
-// New) is refused with an error rather than a panic.
+// already holds them (another Host's, still open) is refused with an error
+// rather than a panic; a Host's Close unregisters them, so the registry
+// can serve a new Host. The Go and process collectors are shared: if reg
+// already has them (its owner registered them) they are used as they are
+// and left in place at Close.
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		reg: reg,
@@ -58,25 +84,73 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "coordhost_config_generation",
 			Help: "Generation number of the configuration in use (1 after start, +1 per successful reload).",
 		}),
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordhost_lock_acquisitions_total",
+			Help: "Acquisitions of named locks (TryAcquire and Acquire calls), by lock and outcome (acquired, not_acquired, gave_up, cancelled, deadline_exceeded, closed, partition_failed, error).",
+		}, []string{"lock", "outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordhost_lock_wait_duration_seconds",
+			Help:    "Time from an acquisition call of a named lock to its outcome, by lock and outcome.",
+			Buckets: lockWaitBuckets,
+		}, []string{"lock", "outcome"}),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordhost_lock_hold_duration_seconds",
+			Help:    "Time from the grant of a named lock to the release that deleted it (result released), by lock.",
+			Buckets: lockHoldBuckets,
+		}, []string{"lock"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordhost_lock_releases_total",
+			Help: "Release (or Close) calls on granted named locks, by lock and result (released, already_released, not_owned, error).",
+		}, []string{"lock", "result"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordhost_lock_renewals_total",
+			Help: "Renew calls on granted named locks, by lock and outcome (renewed, lost, error).",
+		}, []string{"lock", "outcome"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordhost_lock_lost_total",
+			Help: "Granted named locks whose handle found ownership gone before releasing it (at most once per grant), by lock and reason (renew_refused, renew_uncertain, verify, expired, release_not_owned, release_absent).",
+		}, []string{"lock", "reason"}),
 	}
-	for _, c := range m.collectors() {
+	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
-			m.unregister()
+			// Unregister only what this call registered: Unregister goes
+			// by descriptors, so it would remove the other Host's too.
+			for _, r := range m.collectors()[:i] {
+				reg.Unregister(r)
+			}
 			return nil, fmt.Errorf("host: metrics registry: %w", err)
+		}
+	}
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		// An error means the registry exports these series already: its
+		// owner registered the collector (AlreadyRegisteredError), or one
+		// with other options whose series overlap. Keep theirs, and leave
+		// it in place at Close.
+		if reg.Register(c) == nil {
+			m.runtime = append(m.runtime, c)
 		}
 	}
 	return m, nil
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen}
+	return []prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}
 }
 
-// unregister removes the collectors, so the registry can serve a new Host.
+// unregister removes the collectors this Host registered, so the registry
+// can serve a new Host.
 func (m *metrics) unregister() {
 	for _, c := range m.collectors() {
 		m.reg.Unregister(c)
 	}
+	for _, c := range m.runtime {
+		m.reg.Unregister(c)
+	}
+	m.runtime = nil
 }
 
 // timedRetry wraps a builtin retry policy with call metrics.
@@ -159,9 +233,15 @@ type pluginObs struct {
 	name string
 }
 
+// ObserveCall counts one call sent to the plugin with the outcomes the
+// wasm and builtin drivers use: "ok", "refused" (a partition policy's own
+// refusal, not a failure) or "failure".
 func (o pluginObs) ObserveCall(kind policies.Kind, d time.Duration, err error) {
 	outcome := "ok"
-	if err != nil {
+	switch {
+	case errors.Is(err, plugin.ErrRefused):
+		outcome = "refused"
+	case err != nil:
 		outcome = "failure"
 	}
 	o.m.observe(o.name, "plugin", kind, outcome, d)
@@ -188,4 +268,113 @@ func (o pluginObs) ObserveRestart(err error) {
 		r = "error"
 	}
 	o.m.restarts.WithLabelValues(o.name, r).Inc()
+}
+
+// Acquisition outcomes of named locks: lock.AcquireOutcome's names, plus
+// partition_failed.
+const outcomePartitionFailed = "partition_failed"
+
+// observeAcquire counts one acquisition call of the named lock name that
+// took d: waits says Acquire (true) or TryAcquire; ctx is the caller's.
+func (m *metrics) observeAcquire(ctx context.Context, name string, waits bool, d time.Duration, err error) {
+	outcome := acquireOutcome(ctx, waits, err)
+	m.acquires.WithLabelValues(name, outcome).Inc()
+	m.wait.WithLabelValues(name, outcome).Observe(d.Seconds())
+}
+
+func acquireOutcome(ctx context.Context, waits bool, err error) string {
+	var cerr error
+	if ctx != nil { // a nil ctx is refused as invalid input (error)
+		cerr = ctx.Err()
+	}
+	switch {
+	case err == nil:
+		return lock.AcquireAcquired.String()
+	case errors.Is(err, ErrClosed) || errors.Is(err, primitives.ErrClosed):
+		return lock.AcquireClosed.String()
+	case cerr != nil && errors.Is(err, cerr):
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			return lock.AcquireDeadlineExceeded.String()
+		}
+		return lock.AcquireCancelled.String()
+	case errors.Is(err, policies.ErrPartition):
+		return outcomePartitionFailed
+	case errors.Is(err, primitives.ErrNotAcquired):
+		if waits {
+			return lock.AcquireGaveUp.String()
+		}
+		return lock.AcquireNotAcquired.String()
+	}
+	return lock.AcquireError.String()
+}
+
+// lockObserver reports the renewals, releases and losses of the locks that
+// one generation's Locker of the named lock name grants. Counters are
+// created up front, so every outcome of every configured lock is exported
+// (as 0) from the start.
+func (m *metrics) lockObserver(name string) lock.Observer {
+	o := &lockObs{hold: m.hold.WithLabelValues(name)}
+	for _, r := range []primitives.ReleaseResult{primitives.Released, primitives.AlreadyReleased, primitives.NotOwned} {
+		o.releases[r] = m.releases.WithLabelValues(name, releaseLabel(r))
+	}
+	o.releases[0] = m.releases.WithLabelValues(name, "error")
+	for _, r := range []lock.RenewOutcome{lock.RenewRenewed, lock.RenewLost, lock.RenewError} {
+		o.renewals[r] = m.renewals.WithLabelValues(name, r.String())
+	}
+	for r := range o.lost {
+		o.lost[r] = m.lost.WithLabelValues(name, lock.LostReason(r).String())
+	}
+	for _, a := range []lock.AcquireOutcome{lock.AcquireAcquired, lock.AcquireNotAcquired, lock.AcquireGaveUp,
+		lock.AcquireCancelled, lock.AcquireDeadlineExceeded, lock.AcquireClosed, lock.AcquireError} {
+		m.acquires.WithLabelValues(name, a.String())
+	}
+	m.acquires.WithLabelValues(name, outcomePartitionFailed)
+	return o
+}
+
+// releaseLabel is a release result as a label value.
+func releaseLabel(r primitives.ReleaseResult) string {
+	switch r {
+	case primitives.Released:
+		return "released"
+	case primitives.AlreadyReleased:
+		return "already_released"
+	case primitives.NotOwned:
+		return "not_owned"
+	}
+	return "error"
+}
+
+type lockObs struct {
+	hold     prometheus.Observer
+	releases [primitives.NotOwned + 1]prometheus.Counter // by result; [0]: error
+	renewals [lock.RenewError + 1]prometheus.Counter
+	lost     [lock.LostReleaseAbsent + 1]prometheus.Counter
+}
+
+// ObserveAcquire does nothing: the host counts acquisitions per host.Lock
+// call (observeAcquire), which also sees partition failures and counts a
+// waiter that a reload moves to the new generation's Locker once.
+func (o *lockObs) ObserveAcquire(string, lock.AcquireOutcome, time.Duration, error) {}
+
+func (o *lockObs) ObserveRenew(_ *lock.Lock, r lock.RenewOutcome, _ error) {
+	if r <= lock.RenewError {
+		o.renewals[r].Inc()
+	}
+}
+
+func (o *lockObs) ObserveRelease(_ *lock.Lock, r primitives.ReleaseResult, held time.Duration, err error) {
+	if err != nil || r < 0 || r > primitives.NotOwned {
+		r = 0
+	}
+	o.releases[r].Inc()
+	if r == primitives.Released {
+		o.hold.Observe(held.Seconds())
+	}
+}
+
+func (o *lockObs) ObserveLost(_ *lock.Lock, reason lock.LostReason) {
+	if reason <= lock.LostReleaseAbsent {
+		o.lost[reason].Inc()
+	}
 }

@@ -297,14 +297,13 @@ func (pp *partitionPolicy) PartitionKey(ctx context.Context, req policies.Partit
 	if err != nil && ctx.Err() != nil {
 		return "", fmt.Errorf("%w: plugin %q: %w", policies.ErrPartition, p.opts.Name, ctx.Err()) // the caller gave up
 	}
-	p.recordCall(policies.KindPartition, lat, err)
+	p.recordCall(policies.KindPartition, lat, refusal(err, resp.GetError()))
 	if err != nil {
 		p.failed()
 		p.recordFallback(policies.KindPartition)
 		return "", p.unavailable(err)
 	}
 	if msg := resp.GetError(); msg != "" {
-		p.stats.partition.refusals.Add(1)
 		return "", fmt.Errorf("plugin %q: %w: %s", p.opts.Name, policies.ErrPartition, msg)
 	}
 	key := resp.GetKey()

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 // and must be safe for concurrent use.
 type Observer interface {
 	// ObserveCall reports one call that was sent to the plugin process:
-	// its latency and its error (nil on success). A partition policy's
-	// refusal is a success here.
+	// its latency and its result: err is nil when the plugin answered,
+	// wraps ErrRefused when a partition policy answered with a refusal
+	// (the policy's own "no key", not a failure), and otherwise describes
+	// the failure (transport error, deadline, invalid answer).
 	ObserveCall(kind policies.Kind, latency time.Duration, err error)
 	// ObserveFallback reports one decision not taken by the plugin: the
 	// fallback policy answered (retry, starvation) or the acquisition
@@ -28,6 +31,13 @@ type Observer interface {
 	ObserveRestart(err error)
 }
 
+// ErrRefused is what Observer.ObserveCall receives for a partition call
+// that the plugin answered with a refusal (e.g. a missing attribute): the
+// policy's answer, not a failure of the plugin. (PartitionKey itself
+// returns an error wrapping policies.ErrPartition with the plugin's
+// message.)
+var ErrRefused = errors.New("plugin: partition policy refused")
+
 // KindStats counts one kind's decisions.
 type KindStats struct {
 	// Calls sent to the plugin process, Failures among them (transport
@@ -37,8 +47,9 @@ type KindStats struct {
 	// Fallbacks counts decisions not taken by the plugin (plugin down,
 	// call failed, or after Close).
 	Fallbacks uint64
-	// Refusals counts partition policy errors (the plugin answered "no
-	// key"); always 0 for the other kinds.
+	// Refusals counts partition calls the plugin answered with a refusal
+	// ("no key"), among Calls but not among Failures; always 0 for the
+	// other kinds.
 	Refusals uint64
 }
 
@@ -87,11 +98,26 @@ func (c *counters) kind(k policies.Kind) *kindCounters {
 	return &c.starvation
 }
 
+// refusal returns the result of a partition call for recordCall: the
+// call's error, or ErrRefused when the plugin answered with a refusal
+// (msg, the response's error text, is not empty), or nil.
+func refusal(err error, msg string) error {
+	if err == nil && msg != "" {
+		return ErrRefused
+	}
+	return err
+}
+
+// recordCall counts one call sent to the plugin; err is nil on success,
+// ErrRefused for a partition refusal (see refusal), else the failure.
 func (p *Plugin) recordCall(k policies.Kind, latency time.Duration, err error) {
 	c := p.stats.kind(k)
 	c.calls.Add(1)
 	c.latencyNs.Add(uint64(max(latency, 0)))
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrRefused):
+		c.refusals.Add(1)
+	case err != nil:
 		c.failures.Add(1)
 	}
 	if o := p.opts.Observer; o != nil {

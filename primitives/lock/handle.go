@@ -21,6 +21,7 @@ type Lock struct {
 	channel string
 	fence   int64
 	state   *handle.State
+	watch   *watch // reports to Options.Observer; nil without one (observe.go)
 }
 
 var _ primitives.Lease = (*Lock)(nil)
@@ -64,9 +65,11 @@ func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err // nothing sent
 	}
+	live := l.watch.renewing(l)
 	ok, err := l.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
 		return renewScript.Run(ctx, l.client, []string{l.key}, []string{l.token, ms}).AsInt64()
 	})
+	l.watch.renewed(l, live, ok, err)
 	return ok, l.explain("renew", renewScript, err)
 }
 
@@ -79,6 +82,7 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) {
 	ok, err := l.state.Verify(ctx, l.token, func(ctx context.Context) (string, error) {
 		return l.client.Do(ctx, l.client.B().Get().Key(l.key).Build()).ToString()
 	})
+	l.watch.verified(l, ok, err)
 	if err != nil {
 		err = fmt.Errorf("lock %q: verify: %w", l.key, err)
 	}
@@ -98,9 +102,11 @@ func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err // nothing sent
 	}
+	gone := l.watch.releasing(l)
 	n, err := l.state.Release(ctx, func(ctx context.Context) (int64, error) {
 		return releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.token, l.channel}).AsInt64()
 	})
+	l.watch.released(l, gone, n, err)
 	if err != nil {
 		return 0, l.explain("release", releaseScript, err)
 	}

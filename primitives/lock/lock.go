@@ -128,6 +128,9 @@ type Options struct {
 	// wake, so a release costs O(local waiters) commands. TryAcquire never
 	// queues and never barges past waiters.
 	FIFO bool
+	// Observer, if not nil, is told about every acquisition and about the
+	// renewals, releases and losses of the locks granted (see Observer).
+	Observer Observer
 }
 
 // QueueEntryTTL is how long a FIFO waiter's queue entry outlives its last
@@ -170,6 +173,7 @@ type Locker struct {
 	closed          atomic.Bool // Close was called
 	engine          *wait.Engine
 	later           sync.WaitGroup // second cleanups after uncertain attempts (settleLater)
+	obs             Observer       // Options.Observer; nil means none (observe.go)
 }
 
 // New returns a Locker on client. It does not dial anything. Errors wrap
@@ -223,6 +227,7 @@ func configure(client rueidis.Client, opts Options) (*Locker, error) {
 		fence:  opts.Fencing,
 		retry:  retry,
 		fifo:   opts.FIFO,
+		obs:    opts.Observer,
 	}, nil
 }
 
@@ -272,7 +277,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) 
 	if err != nil {
 		return nil, err
 	}
-	return l.tryAcquire(ctx, req)
+	return l.observe(ctx, req, false, (*Locker).tryAcquire)
 }
 
 // TryAcquireFenced is TryAcquire for a fenced lock whose fencing counter the
@@ -291,7 +296,7 @@ func (l *Locker) TryAcquireFenced(ctx context.Context, leaseKey, counterKey stri
 	if err != nil {
 		return nil, err
 	}
-	return l.tryAcquire(ctx, req)
+	return l.observe(ctx, req, false, (*Locker).tryAcquire)
 }
 
 // AcquireFenced is Acquire for a fenced lock; see TryAcquireFenced for the
@@ -301,7 +306,7 @@ func (l *Locker) AcquireFenced(ctx context.Context, leaseKey, counterKey string,
 	if err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, req)
+	return l.observe(ctx, req, true, (*Locker).acquire)
 }
 
 func (l *Locker) tryAcquire(ctx context.Context, req *request) (*Lock, error) {
@@ -330,7 +335,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
-	return l.acquire(ctx, req)
+	return l.observe(ctx, req, true, (*Locker).acquire)
 }
 
 func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
