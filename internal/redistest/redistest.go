@@ -587,6 +587,16 @@ func ephemeralLow() int {
 // serverBinary resolves the redis-server for a major version, or fails t.
 func serverBinary(t testing.TB, major int) string {
 	t.Helper()
+	bin, err := findServer(major)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return bin
+}
+
+// findServer returns the redis-server binary for a major version (see the
+// package documentation).
+func findServer(major int) (string, error) {
 	const hint = "run `make redis` (or `make test`), then `. ./.cache/redis-env.sh`"
 	var env, bin string
 	switch major {
@@ -595,26 +605,59 @@ func serverBinary(t testing.TB, major int) string {
 		if bin = os.Getenv(env); bin == "" {
 			p, err := exec.LookPath("redis-server")
 			if err != nil {
-				t.Fatalf("redistest: Redis 7: $%s is unset and redis-server is not on PATH; %s", env, hint)
+				return "", fmt.Errorf("Redis 7: $%s is unset and redis-server is not on PATH; %s", env, hint)
 			}
-			return p
+			return p, nil
 		}
 	case 8:
 		env = "COORDHOST_REDIS8_SERVER"
 		if bin = os.Getenv(env); bin == "" {
 			root, err := repoRoot()
 			if err != nil {
-				t.Fatalf("redistest: Redis 8: $%s is unset and %v; %s", env, err, hint)
+				return "", fmt.Errorf("Redis 8: $%s is unset and %v; %s", env, err, hint)
 			}
 			bin = filepath.Join(root, ".cache", "redis-8", "bin", "redis-server")
 		}
 	default:
-		t.Fatalf("redistest: unsupported Redis version %d (want 7 or 8)", major)
+		return "", fmt.Errorf("unsupported Redis version %d (want 7 or 8)", major)
 	}
 	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		t.Fatalf("redistest: Redis %d server %s is missing or not executable ($%s); %s", major, bin, env, hint)
+		return "", fmt.Errorf("Redis %d server %s is missing or not executable ($%s); %s", major, bin, env, hint)
 	}
-	return bin
+	return bin, nil
+}
+
+// StartForExamples starts a standalone server of the given major version
+// for runnable examples, which cannot take a testing.TB: call it from
+// TestMain and call stop after m.Run. The server runs as Start's do
+// (loopback, no persistence, its own temporary directory).
+func StartForExamples(major int) (addr string, stop func(), err error) {
+	bin, err := findServer(major)
+	if err != nil {
+		return "", nil, fmt.Errorf("redistest: %w", err)
+	}
+	port, err := freePort(false)
+	if err != nil {
+		return "", nil, fmt.Errorf("redistest: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "coordhost-example-")
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("redistest: %s: %w", bin, err)
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) }
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(StartTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := rawInfo(addr); err == nil {
+			return addr, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("redistest: example server %s on %s did not answer within %v", bin, addr, StartTimeout)
 }
 
 // repoRoot finds the directory holding go.mod, walking up from this source

@@ -43,3 +43,32 @@ func Example() {
 	// second holder refused: true
 	// Released <nil>
 }
+
+// A fenced lock whose counter the caller names: the lease key and the
+// counter share a hash tag, so they live in one cluster slot.
+func ExampleLocker_AcquireFenced() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{exampleAddr}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	locker, err := lock.New(client, lock.Options{Prefix: "example:"})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	for range 2 {
+		l, err := locker.AcquireFenced(ctx, "{report}:lease", "{report}:writes", 10*time.Second)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("fencing token:", l.FencingToken())
+		l.Release(ctx)
+	}
+	// Output:
+	// fencing token: 1
+	// fencing token: 2
+}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,11 +22,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	stop, err := startExampleServer()
+	addr, stop, err := redistest.StartForExamples(7)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lock tests:", err)
 		os.Exit(1)
 	}
+	exampleAddr = addr
 	code := m.Run()
 	stop()
 	if code == 0 {
@@ -49,39 +48,6 @@ func TestMain(m *testing.M) {
 // exampleAddr is the server the runnable examples talk to; TestMain starts
 // it because examples cannot take a *testing.T.
 var exampleAddr string
-
-func startExampleServer() (stop func(), err error) {
-	bin := os.Getenv("COORDHOST_REDIS7_SERVER")
-	if bin == "" {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			return nil, fmt.Errorf("redis-server not found: run `make test` (or `make redis`): %w", err)
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir, err := os.MkdirTemp("", "coordhost-example-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	stop = func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
-	exampleAddr = fmt.Sprintf("127.0.0.1:%d", port)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", exampleAddr); err == nil {
-			c.Close()
-			return stop, nil
-		}
-	}
-	stop()
-	return nil, fmt.Errorf("redis-server on %s did not start", exampleAddr)
-}
 
 // fleet is one server kind a behaviour test runs against.
 type fleet struct {
