@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,6 +31,12 @@ const ServerCheckTimeout = 5 * time.Second
 // Servers that refuse CONFIG (an ACL, or a managed service that renames
 // it) give an error that says so; callers log it and go on.
 func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error) {
+	if ctx == nil || client == nil {
+		return nil, errors.New("host: ServerHazards needs a context and a client")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("host: checking Redis settings: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, ServerCheckTimeout)
 	defer cancel()
 	nodes := client.Nodes()

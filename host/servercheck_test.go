@@ -62,6 +62,21 @@ func TestServerHazards(t *testing.T) {
 			t.Fatalf("hazards %q, %v", got, err)
 		}
 	})
+	t.Run("bad input", func(t *testing.T) {
+		s := redistest.Start(t)
+		c := s.Client(t)
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		for name, call := range map[string]func() ([]string, error){
+			"nil client":    func() ([]string, error) { return host.ServerHazards(ctx, nil) },
+			"nil ctx":       func() ([]string, error) { return host.ServerHazards(nil, c) }, //nolint:staticcheck // the bad input under test
+			"cancelled ctx": func() ([]string, error) { return host.ServerHazards(cancelled, c) },
+		} {
+			if got, err := call(); err == nil || got != nil {
+				t.Errorf("%s: %q, %v; want an error", name, got, err)
+			}
+		}
+	})
 	t.Run("CONFIG refused", func(t *testing.T) {
 		s := redistest.Start(t)
 		s.MustCmd(t, "ACL", "SETUSER", "default", "-config")
