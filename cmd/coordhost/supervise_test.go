@@ -160,11 +160,13 @@ func TestLostLockKillsAfterGrace(t *testing.T) {
 	}
 }
 
-// leftoverCmd returns a shell, in its own process group, that starts a
-// grandchild ignoring SIGTERM, writes the grandchild's pid to pidFile, and
-// then runs script (which may refer to the grandchild as $!).
-func leftoverCmd(pidFile, script string) *exec.Cmd {
-	return shCmd("(trap '' TERM; exec sleep 30) & echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; " + script)
+// leftoverCmd returns a shell, in its own process group, that runs setup,
+// starts a grandchild ignoring SIGTERM, waits until it does, writes its
+// pid to pidFile, and then runs script.
+func leftoverCmd(pidFile, setup, script string) *exec.Cmd {
+	return shCmd(setup + "; (trap '' TERM; : > " + pidFile + ".ready; exec sleep 30) & " +
+		"while [ ! -e " + pidFile + ".ready ]; do sleep 0.01; done; " +
+		"echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; " + script)
 }
 
 // readPid reads the pid that leftoverCmd wrote.
@@ -193,7 +195,7 @@ func TestLostLockKillsLeftoverGroup(t *testing.T) {
 	s, _, log := newSupervisor(grace)
 	lost := make(chan struct{})
 	// The shell exits 0 on SIGTERM; the grandchild ignores it.
-	cmd := leftoverCmd(pidFile, "trap 'exit 0' TERM; wait")
+	cmd := leftoverCmd(pidFile, "trap 'exit 0' TERM", "wait")
 	done := supervise(t, s, cmd, lost)
 	pid := readPid(t, pidFile)
 	t0 := time.Now()
@@ -250,7 +252,7 @@ func TestLostAtReleaseStopsLeftovers(t *testing.T) {
 			te.grace = 200 * time.Millisecond
 			cfg := holdConfig{name: "job", ttl: defaultTTL}
 			// CMD exits 0 at once and leaves a grandchild that ignores SIGTERM.
-			cmd := leftoverCmd(pidFile, "exit 0")
+			cmd := leftoverCmd(pidFile, ":", "exit 0")
 			l := newFakeLock(tc.result, nil)
 			status := holdAndRun(context.Background(), l, func(context.Context) func() { return func() {} }, cmd, cfg, te.env, make(chan os.Signal))
 			pid := readPid(t, pidFile)
@@ -275,7 +277,7 @@ func TestReleasedKeepsLeftovers(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	te := newTestEnv(t, nil)
 	te.grace = 50 * time.Millisecond
-	cmd := leftoverCmd(pidFile, "exit 0")
+	cmd := leftoverCmd(pidFile, ":", "exit 0")
 	l := newFakeLock(primitives.Released, nil)
 	if status := holdAndRun(context.Background(), l, func(context.Context) func() { return func() {} }, cmd, holdConfig{name: "job", ttl: defaultTTL}, te.env, make(chan os.Signal)); status != 0 {
 		t.Fatalf("status %d; stderr:\n%s", status, te.errOut)
