@@ -234,6 +234,7 @@ func TestTopLevel(t *testing.T) {
 		{args: []string{"help", "serve"}, code: exitOK, stdout: "Usage: coordhost serve [flags] FILE\n"},
 		{args: []string{"help", "lock", "hold"}, code: exitOK, stdout: "Usage: coordhost lock hold "},
 		{args: []string{"help", "lock"}, code: exitOK, stdout: "Usage: coordhost lock SUBCOMMAND"},
+		{args: []string{"help", "help"}, code: exitOK, stdout: "Usage:\n  coordhost serve [flags] FILE\n"},
 		{args: []string{"help", "srve"}, code: exitUsage, stderr: `coordhost: help: unknown command "srve"; did you mean "serve"?`},
 		{args: []string{"version"}, code: exitOK, stdout: "coordhost "},
 		{args: []string{"--version"}, code: exitOK, stdout: "coordhost "},
