@@ -82,8 +82,10 @@ func (e *env) colorFor(w io.Writer) bool {
 	return ok && isTerminal(f) && e.getenv("NO_COLOR") == ""
 }
 
-// writeDiags renders diags to stderr with file, line and snippet.
+// writeDiags renders diags to stderr with file, line and snippet; text
+// from the file and the diagnostics is escaped (safeDiags).
 func (e *env) writeDiags(files map[string]*hcl.File, diags hcl.Diagnostics) {
+	files, diags = safeDiags(files, diags)
 	_ = config.WriteDiagnostics(e.stderr, files, diags, e.colorFor(e.stderr))
 }
 
@@ -143,12 +145,15 @@ func sourceLine(f *hcl.File, n int) string {
 }
 
 // newLogger returns the logger `serve` uses: text or JSON records on w at
-// the level of the server block.
+// the level of the server block. The text handler quotes and escapes any
+// value (and message) with a character that is not printable; JSON
+// records go through jsonSafeWriter for the characters the JSON encoder
+// leaves as they are.
 func newLogger(w io.Writer, s config.Server) (*slog.Logger, slog.Handler) {
 	opts := &slog.HandlerOptions{Level: slogLevel(s.LogLevel)}
 	var h slog.Handler
 	if s.LogFormat == config.LogJSON {
-		h = slog.NewJSONHandler(w, opts)
+		h = slog.NewJSONHandler(jsonSafeWriter{w}, opts)
 	} else {
 		h = slog.NewTextHandler(w, opts)
 	}

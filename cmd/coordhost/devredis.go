@@ -4,30 +4,32 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"os"
 	"syscall"
 
 	"github.com/coordhost/coordhost/host/devredis"
 )
 
+func newDevRedisFlags(socket *string) *flag.FlagSet {
+	fs := newFlagSet("dev-redis")
+	fs.Var(newStringValue(socket, ""), "socket", "the unix socket `PATH` to listen on (default: redis.sock in a fresh temporary directory, removed at exit)")
+	return fs
+}
+
 // runDevRedis implements `coordhost dev-redis [-socket PATH]`: a private
 // redis-server (package host/devredis) in the foreground until SIGINT,
 // SIGTERM or SIGHUP.
 func runDevRedis(ctx context.Context, args []string, e *env) int {
-	fs := flag.NewFlagSet("dev-redis", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	socket := fs.String("socket", "", "unix socket path")
+	socket := new(string)
+	fs := newDevRedisFlags(socket)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(e.stdout, usageText)
-			return exitOK
+			return e.printHelp("dev-redis")
 		}
-		return e.usageError("dev-redis: %v", err)
+		return e.usageErrorFor("dev-redis", "dev-redis: %v", flagError(fs, err))
 	}
 	if fs.NArg() > 0 {
-		return e.usageError("dev-redis: unexpected argument %q", fs.Arg(0))
+		return e.usageErrorFor("dev-redis", "dev-redis: unexpected argument %q", fs.Arg(0))
 	}
 
 	sigs := make(chan os.Signal, 1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -42,9 +41,10 @@ const (
 
 // holdConfig is a parsed `lock hold` command line.
 type holdConfig struct {
-	redis     string               // the -redis flag; "" means dev mode
+	redis     string               // the Redis address (-redis, else $COORDHOST_REDIS_URL); "" means dev mode
+	redisFrom string               // where redis came from: "-redis" or "COORDHOST_REDIS_URL"
 	redisOpt  rueidis.ClientOption // parsed from redis unless dev mode
-	redisDesc string               // redis, for messages
+	redisDesc string               // redis, for messages (never with a password)
 	ttl       time.Duration
 	wait      time.Duration
 	prefix    string
@@ -59,23 +59,37 @@ type holdConfig struct {
 	attrs      map[string]string
 }
 
+// holdFlags are the flags of `lock hold`.
+type holdFlags struct {
+	redis, prefix, config string
+	ttl, wait             time.Duration
+	fencing               bool
+	vars, attrs           listFlag
+}
+
+func newHoldFlags(f *holdFlags) *flag.FlagSet {
+	fs := newFlagSet("lock hold")
+	fs.Var(newStringValue(&f.redis, ""), "redis", "the Redis server at `ADDR`: host:port, /path/to.sock, unix:///path/to.sock or "+
+		"redis://[user:pass@]host:port[/db] (rediss:// for TLS); default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
+		"With -config it replaces the file's addresses; the file's credentials apply unless ADDR has its own")
+	fs.Var(newDurationValue(&f.ttl, defaultTTL), "ttl", "lease time of the lock, `DURATION` "+durationHelp+"; renewed every ttl/3")
+	fs.Var(newStringValue(&f.prefix, defaultPrefix), "prefix", "the `STRING` the lock's Redis key starts with; the key is STRING + NAME")
+	fs.Var(boolValue{&f.fencing}, "fencing", "take a fencing token and pass it to CMD as "+envFencingToken)
+	fs.Var(newDurationValue(&f.wait, 0), "wait", "give up (exit 1) if the lock is not acquired within `DURATION`, "+durationHelp+"; 0, the default, waits forever")
+	fs.Var(newStringValue(&f.config, ""), "config", "NAME is a lock block of the configuration `FILE`: its ttl, fencing, prefix and policies apply "+
+		"(so -ttl, -fencing and -prefix are errors), and Redis is the file's redis block")
+	fs.Var(&f.vars, "var", "with -config: "+varHelp)
+	fs.Var(&f.attrs, "attr", "with -config: a partition attribute `KEY=VALUE` for the lock's partition policy (repeatable), as in -attr tenant=acme")
+	return fs
+}
+
 // parseHoldArgs parses the arguments after `lock hold`. Flags may come
-// before and after NAME, but not after "--". It returns flag.ErrHelp for
-// -h/-help.
-func parseHoldArgs(args []string) (holdConfig, error) {
+// before and after NAME, but not after "--". getenv supplies
+// COORDHOST_REDIS_URL. It returns flag.ErrHelp for -h/-help.
+func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error) {
 	cfg := holdConfig{}
-	fs := flag.NewFlagSet("lock hold", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.StringVar(&cfg.redis, "redis", "", "Redis address")
-	fs.DurationVar(&cfg.ttl, "ttl", defaultTTL, "lease time")
-	fs.StringVar(&cfg.prefix, "prefix", defaultPrefix, "key prefix")
-	fs.BoolVar(&cfg.fencing, "fencing", false, "fencing token")
-	fs.DurationVar(&cfg.wait, "wait", 0, "how long to wait")
-	fs.StringVar(&cfg.configPath, "config", "", "configuration file")
-	var vars, attrs listFlag
-	fs.Var(&vars, "var", "NAME=VALUE")
-	fs.Var(&attrs, "attr", "KEY=VALUE")
+	var f holdFlags
+	fs := newHoldFlags(&f)
 
 	before, after, hasSep := args, []string(nil), false
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -85,7 +99,7 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 	rest := before
 	for {
 		if err := fs.Parse(rest); err != nil {
-			return cfg, err
+			return cfg, flagError(fs, err)
 		}
 		rest = fs.Args()
 		if len(rest) == 0 {
@@ -113,6 +127,7 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 	if cfg.name == "" {
 		return cfg, errors.New("lock NAME is empty")
 	}
+	cfg.ttl, cfg.wait, cfg.prefix, cfg.fencing, cfg.configPath = f.ttl, f.wait, f.prefix, f.fencing, f.config
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["config"] {
@@ -127,10 +142,10 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 			}
 		}
 		var err error
-		if cfg.load.Vars, err = parseVars(vars); err != nil {
+		if cfg.load.Vars, err = parseVars(f.vars); err != nil {
 			return cfg, err
 		}
-		if cfg.attrs, err = parseAttrs(attrs); err != nil {
+		if cfg.attrs, err = parseAttrs(f.attrs); err != nil {
 			return cfg, err
 		}
 	} else {
@@ -149,10 +164,21 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 	if cfg.prefix == "" {
 		return cfg, errors.New("-prefix must not be empty")
 	}
-	if cfg.redis != "" {
+	// A flag wins over the environment; an empty -redis is a mistake, not
+	// a way to ask for dev mode.
+	switch {
+	case set["redis"]:
+		cfg.redis, cfg.redisFrom = f.redis, "-redis"
+	case getenv(envRedisURL) != "":
+		cfg.redis, cfg.redisFrom = getenv(envRedisURL), envRedisURL
+	}
+	if set["redis"] || cfg.redis != "" {
 		opt, desc, err := parseRedisAddr(cfg.redis)
 		if err != nil {
-			return cfg, fmt.Errorf("-redis: %w", err)
+			return cfg, fmt.Errorf("%s: %w", cfg.redisFrom, err)
+		}
+		if cfg.redisFrom == envRedisURL {
+			desc += " (from " + envRedisURL + ")"
 		}
 		cfg.redisOpt, cfg.redisDesc = opt, desc
 	}
@@ -161,13 +187,12 @@ func parseHoldArgs(args []string) (holdConfig, error) {
 
 // runHold implements `coordhost lock hold`.
 func runHold(ctx context.Context, args []string, e *env) int {
-	cfg, err := parseHoldArgs(args)
+	cfg, err := parseHoldArgs(args, e.getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(e.stdout, usageText)
-		return exitOK
+		return e.printHelp("lock hold")
 	}
 	if err != nil {
-		return e.usageError("lock hold: %v", err)
+		return e.usageErrorFor("lock hold", "lock hold: %v", err)
 	}
 	// Find CMD before touching Redis: a typo must not take the lock.
 	path, err := exec.LookPath(cfg.argv[0])
@@ -233,7 +258,7 @@ func runHold(ctx context.Context, args []string, e *env) int {
 
 	lk, err := lock.New(client, lock.Options{Prefix: cfg.prefix, Fencing: cfg.fencing})
 	if err != nil {
-		return e.usageError("lock hold: %v", err)
+		return e.usageErrorFor("lock hold", "lock hold: %v", err)
 	}
 	defer lk.Close()
 	acquire := func(ctx context.Context) (*lock.Lock, error) { return lk.Acquire(ctx, cfg.name, cfg.ttl) }
@@ -271,8 +296,9 @@ func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context)
 		case <-l.Done():
 			// Lost at about the moment CMD finished: it may not have been
 			// protected to the end.
-			e.logf("lost lock %s as %s exited", cfg.name, cmd.Args[0])
+			e.logf("lost lock %q as %s exited", cfg.name, cmd.Args[0])
 			res.lost = true
+			sup.stopLeftovers(cmd)
 		default:
 		}
 	}
@@ -295,13 +321,16 @@ func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context)
 	rr, err := l.Release(rctx)
 	switch {
 	case err != nil:
-		e.logf("releasing lock %s: %v (it expires within %v)", cfg.name, err, cfg.ttl)
+		e.logf("releasing lock %q: %v (it expires within %v)", cfg.name, err, cfg.ttl)
 	case rr == primitives.Released:
-		e.logf("released lock %s", cfg.name)
+		e.logf("released lock %q", cfg.name)
 	case !res.lost:
 		// Neither Done nor the supervisor saw it, but the lease was gone.
-		e.logf("lock %s was lost before %s exited (release found %v)", cfg.name, cmd.Args[0], rr)
+		e.logf("lock %q was lost before %s exited (release found %v)", cfg.name, cmd.Args[0], rr)
 		res.lost = true
+		if runErr == nil {
+			sup.stopLeftovers(cmd)
+		}
 	}
 	if res.lost && status == exitOK {
 		status = exitFailure

@@ -81,13 +81,13 @@ func TestHoldRunsCommand(t *testing.T) {
 			args:   []string{"-redis", sock, "-fencing", "job", "--", "sh", "-c", `echo "$COORDHOST_LOCK_NAME $COORDHOST_FENCING_TOKEN"; exit 5`},
 			code:   5,
 			stdout: "job 1\n",
-			stderr: []string{"coordhost: acquired lock job (fencing token 1); key coordhost:lock:job, ttl 15s\n", "coordhost: released lock job\n"},
+			stderr: []string{`coordhost: acquired lock "job" (fencing token 1); key "coordhost:lock:job", ttl 15s` + "\n", `coordhost: released lock "job"` + "\n"},
 		},
 		{
 			args:   []string{"-redis", "unix://" + sock, "-fencing", "-ttl", "2s", "job", "--", "sh", "-c", `echo "$COORDHOST_FENCING_TOKEN"`},
 			code:   0,
 			stdout: "2\n",
-			stderr: []string{"coordhost: acquired lock job (fencing token 2); key coordhost:lock:job, ttl 2s\n"},
+			stderr: []string{`coordhost: acquired lock "job" (fencing token 2); key "coordhost:lock:job", ttl 2s` + "\n"},
 		},
 		{
 			// Without -fencing an inherited token is removed.
@@ -95,7 +95,7 @@ func TestHoldRunsCommand(t *testing.T) {
 			vars:   map[string]string{envFencingToken: "99", envLockName: "outer"},
 			code:   128 + 15,
 			stdout: "unset other\n",
-			stderr: []string{"coordhost: acquired lock other; key app:other, ttl 15s\n", "coordhost: sh was ended by SIGTERM\n", "coordhost: released lock other\n"},
+			stderr: []string{`coordhost: acquired lock "other"; key "app:other", ttl 15s` + "\n", "coordhost: sh was ended by SIGTERM\n", `coordhost: released lock "other"` + "\n"},
 		},
 	} {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
@@ -267,7 +267,7 @@ func TestHoldLostLock(t *testing.T) {
 			if el := time.Since(t0); el > 2*time.Second {
 				t.Fatalf("CMD stopped %v after the lock was lost", el)
 			}
-			if !strings.Contains(te.errOut.String(), "coordhost: lost lock "+name+"; stopping sh (SIGTERM now, SIGKILL in 5s)") {
+			if !strings.Contains(te.errOut.String(), "coordhost: lost lock "+strconv.Quote(name)+"; stopping sh (SIGTERM now, SIGKILL in 5s)") {
 				t.Fatalf("stderr:\n%s", te.errOut)
 			}
 			if strings.Contains(te.errOut.String(), "released lock") {
@@ -302,7 +302,7 @@ func TestHoldLostLockPausedServer(t *testing.T) {
 		}
 	}()
 	waitFor(t, 5*time.Second, "the loss to be noticed", func() bool {
-		return strings.Contains(te.errOut.String(), "lost lock job")
+		return strings.Contains(te.errOut.String(), `lost lock "job"`)
 	})
 	waitFor(t, 5*time.Second, "SIGKILL", func() bool {
 		return strings.Contains(te.errOut.String(), "sh still running 300ms after SIGTERM; sending SIGKILL")
@@ -332,7 +332,7 @@ func TestHoldWaitTimeout(t *testing.T) {
 	if el := time.Since(t0); el < 300*time.Millisecond || el > 3*time.Second {
 		t.Fatalf("gave up after %v, want about 300ms", el)
 	}
-	if !strings.Contains(te.errOut.String(), "coordhost: waiting for lock busy\ncoordhost: lock busy not acquired within -wait 300ms\n") {
+	if !strings.Contains(te.errOut.String(), "coordhost: waiting for lock \"busy\"\ncoordhost: lock \"busy\" not acquired within -wait 300ms\n") {
 		t.Fatalf("stderr:\n%s", te.errOut)
 	}
 	if _, err := os.Stat(ran); err == nil {
@@ -351,12 +351,12 @@ func TestHoldInterruptedWhileWaiting(t *testing.T) {
 	ran := filepath.Join(t.TempDir(), "ran")
 	te := newTestEnv(t, nil)
 	done := runHoldAsync(te, "-redis", d.Socket(), "busy", "--", "touch", ran)
-	waitOutput(t, 5*time.Second, te.errOut, regexp.MustCompile("coordhost: waiting for lock busy\n"))
+	waitOutput(t, 5*time.Second, te.errOut, regexp.MustCompile(`coordhost: waiting for lock "busy"`+"\n"))
 	te.sig <- syscall.SIGINT
 	if code := awaitExit(t, te, done, 5*time.Second); code != 130 {
 		t.Fatalf("exit status %d, want 130; stderr:\n%s", code, te.errOut)
 	}
-	if !strings.Contains(te.errOut.String(), "coordhost: interrupted by SIGINT while waiting for lock busy\n") {
+	if !strings.Contains(te.errOut.String(), "coordhost: interrupted by SIGINT while waiting for lock \"busy\"\n") {
 		t.Fatalf("stderr:\n%s", te.errOut)
 	}
 	if _, err := os.Stat(ran); err == nil {
@@ -428,7 +428,7 @@ func TestHoldDevMode(t *testing.T) {
 			if left := tempDirEntries(t, tmp); len(left) != 0 {
 				t.Fatalf("left behind: %q", left)
 			}
-			if !strings.Contains(p.stderr.String(), "coordhost: released lock job\n") {
+			if !strings.Contains(p.stderr.String(), "coordhost: released lock \"job\"\n") {
 				t.Fatalf("stderr:\n%s", p.stderr)
 			}
 		})
@@ -458,4 +458,48 @@ func TestHoldDevMode(t *testing.T) {
 			t.Fatalf("left behind: %q", left)
 		}
 	})
+}
+
+// TestHoldRedisURLFromEnv: COORDHOST_REDIS_URL gives lock hold its server
+// and credentials without anything on the command line; -redis wins over
+// it; and with -config, either one keeps the file's credentials unless the
+// URL has its own. The server's default user may touch no keys, so a
+// connection without the right credentials cannot take the lock.
+func TestHoldRedisURLFromEnv(t *testing.T) {
+	t.Parallel()
+	redisServerBin(t)
+	srv := redistest.Start(t)
+	srv.MustCmd(t, "ACL", "SETUSER", "coord", "on", ">s3cret", "~*", "&*", "+@all")
+	srv.MustCmd(t, "ACL", "SETUSER", "default", "resetkeys")
+	good := "redis://coord:s3cret@" + srv.Addr
+	withCreds := writeConfig(t, "redis {\n  addresses = [\"127.0.0.1:1\"]\n  username  = \"coord\"\n  password  = \"s3cret\"\n}\n"+goodConfig)
+	cases := []struct {
+		name string
+		env  string // COORDHOST_REDIS_URL
+		args []string
+		code int
+		want string
+	}{
+		{"env alone", good, nil, 0, `coordhost: acquired lock "job"; key "coordhost:lock:job"`},
+		{"-redis wins over a bad env", "redis://coord:wrong@127.0.0.1:1", []string{"-redis", good}, 0, `coordhost: acquired lock "job"`},
+		{"-redis without credentials wins over env with them", good, []string{"-redis", srv.Addr}, exitFailure, "NOPERM"},
+		{"env unreachable is named", "127.0.0.1:1", nil, exitFailure, "coordhost: connecting to Redis at 127.0.0.1:1 (from COORDHOST_REDIS_URL): "},
+		{"-config: env keeps the file's credentials", "redis://" + srv.Addr, []string{"-config", withCreds}, 0, `key "t:job"`},
+		{"-config: -redis keeps the file's credentials", "", []string{"-config", withCreds, "-redis", srv.Addr}, 0, `key "t:job"`},
+		{"-config: env with its own credentials", "redis://coord:wrong@" + srv.Addr, []string{"-config", withCreds}, exitFailure, "WRONGPASS"},
+		{"-config: -redis with its own credentials", "", []string{"-config", withCreds, "-redis", "redis://coord:wrong@" + srv.Addr}, exitFailure, "WRONGPASS"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newTestEnv(t, map[string]string{envRedisURL: tc.env})
+			args := append(append([]string{"lock", "hold", "-wait", "5s"}, tc.args...), "job", "--", "true")
+			code := run(context.Background(), args, te.env)
+			if code != tc.code || !strings.Contains(te.errOut.String(), tc.want) {
+				t.Fatalf("exit status %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.want, te.errOut)
+			}
+			if strings.Contains(te.errOut.String(), "dev mode") || strings.Contains(te.errOut.String(), "s3cret") {
+				t.Fatalf("stderr:\n%s", te.errOut)
+			}
+		})
+	}
 }

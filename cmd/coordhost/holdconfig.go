@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,17 +34,17 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 	if lc == nil {
 		names := make([]string, 0, len(conf.Locks))
 		for _, l := range conf.Locks {
-			names = append(names, l.Name)
+			names = append(names, strconv.Quote(l.Name))
 		}
 		sort.Strings(names)
 		declared := "it declares no locks"
 		if len(names) > 0 {
 			declared = "it declares " + strings.Join(names, ", ")
 		}
-		return e.usageError("lock hold: %s has no lock %q (%s)", cfg.configPath, cfg.name, declared)
+		return e.usageErrorFor("lock hold", "lock hold: %s has no lock %q (%s)", cfg.configPath, cfg.name, declared)
 	}
 	if cfg.attrs != nil && lc.Partition == nil {
-		return e.usageError("lock hold: -attr given, but lock %q has no partition policy to use it", cfg.name)
+		return e.usageErrorFor("lock hold", "lock hold: -attr given, but lock %q has no partition policy to use it", cfg.name)
 	}
 	e.writeDiags(conf.Files(), diags) // warnings
 

@@ -17,7 +17,7 @@ import (
 
 func TestParseHoldArgsConfig(t *testing.T) {
 	got, err := parseHoldArgs([]string{"-config", "c.hcl", "-var", "a=1", "-var=a=2", "-var", "b=[\"x\"]", "-attr", "tenant=acme", "job",
-		"-attr", "q=y=z", "-attr", "tenant=other", "-wait", "1s", "-redis", "/tmp/r.sock", "--", "true"})
+		"-attr", "q=y=z", "-attr", "tenant=other", "-wait", "1s", "-redis", "/tmp/r.sock", "--", "true"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestHoldConfig(t *testing.T) {
 		if te.out.String() != "job 1\n" {
 			t.Errorf("stdout = %q", te.out)
 		}
-		for _, s := range []string{"coordhost: acquired lock job (fencing token 1); key t:job, ttl 5s\n", "coordhost: released lock job\n"} {
+		for _, s := range []string{`coordhost: acquired lock "job" (fencing token 1); key "t:job", ttl 5s` + "\n", `coordhost: released lock "job"` + "\n"} {
 			if !strings.Contains(te.errOut.String(), s) {
 				t.Errorf("stderr lacks %q:\n%s", s, te.errOut)
 			}
@@ -64,7 +64,7 @@ func TestHoldConfig(t *testing.T) {
 	t.Run("variable", func(t *testing.T) {
 		te := newTestEnv(t, nil)
 		code := run(ctx, []string{"lock", "hold", "-config", path, "-var", "ttl=700ms", "job", "--", "true"}, te.env)
-		if code != 0 || !strings.Contains(te.errOut.String(), "coordhost: acquired lock job (fencing token 2); key t:job, ttl 700ms\n") {
+		if code != 0 || !strings.Contains(te.errOut.String(), `coordhost: acquired lock "job" (fencing token 2); key "t:job", ttl 700ms`+"\n") {
 			t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 		}
 	})
@@ -72,7 +72,7 @@ func TestHoldConfig(t *testing.T) {
 	t.Run("partition", func(t *testing.T) {
 		te := newTestEnv(t, nil)
 		code := run(ctx, []string{"lock", "hold", "-config", path, "-attr", "tenant=acme", "tenant", "--", "true"}, te.env)
-		if code != 0 || !strings.Contains(te.errOut.String(), "coordhost: acquired lock tenant; key t:tenant/acme, ttl 5s\n") {
+		if code != 0 || !strings.Contains(te.errOut.String(), `coordhost: acquired lock "tenant"; key "t:tenant/acme", ttl 5s`+"\n") {
 			t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 		}
 	})
@@ -99,7 +99,7 @@ func TestHoldConfig(t *testing.T) {
 		ran := filepath.Join(t.TempDir(), "ran")
 		te := newTestEnv(t, nil)
 		code := run(ctx, []string{"lock", "hold", "-config", p, "busy", "--", "touch", ran}, te.env)
-		if code != exitFailure || !strings.Contains(te.errOut.String(), "coordhost: lock busy not acquired: ") {
+		if code != exitFailure || !strings.Contains(te.errOut.String(), `coordhost: lock "busy" not acquired: `) {
 			t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 		}
 		if _, err := os.Stat(ran); err == nil {
@@ -170,7 +170,7 @@ func TestHoldConfigRedisOverride(t *testing.T) {
 			path := writeConfig(t, tc.body)
 			te := newTestEnv(t, nil)
 			code := run(context.Background(), []string{"lock", "hold", "-config", path, "-redis", d.Socket(), "job", "--", "true"}, te.env)
-			if code != 0 || !strings.Contains(te.errOut.String(), "; key "+tc.key+", ttl 5s\n") || strings.Contains(te.errOut.String(), "dev mode") {
+			if code != 0 || !strings.Contains(te.errOut.String(), "; key "+strconv.Quote(tc.key)+", ttl 5s\n") || strings.Contains(te.errOut.String(), "dev mode") {
 				t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 			}
 		})
@@ -221,7 +221,7 @@ func TestHoldConfigBadInput(t *testing.T) {
 			[]string{"Cannot read configuration file"}},
 		{"undeclared variable", []string{"-config", good, "-var", "nope=1", "job"}, exitFailure, []string{"nope"}},
 		{"no such lock", []string{"-config", good, "jbo"}, exitUsage,
-			[]string{`coordhost: lock hold: ` + good + ` has no lock "jbo" (it declares job, tenant)`}},
+			[]string{`coordhost: lock hold: ` + good + ` has no lock "jbo" (it declares "job", "tenant")`}},
 		{"no locks at all", []string{"-config", empty, "job"}, exitUsage, []string{`has no lock "job" (it declares no locks)`}},
 		{"attr without partition", []string{"-config", good, "-attr", "tenant=acme", "job"}, exitUsage,
 			[]string{`coordhost: lock hold: -attr given, but lock "job" has no partition policy to use it`}},

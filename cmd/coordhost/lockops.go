@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 
@@ -28,33 +29,33 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 	if cfg.wait > 0 {
 		acqCtx, acqCancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
 	}
-	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for lock %s", cfg.name) })
+	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for lock %q", cfg.name) })
 	l, err := acquire(acqCtx)
 	stopNote()
 	stopRelay()
 	acqCancel()
 	if err != nil {
-		if code, ok := interrupted("while waiting for lock " + cfg.name); ok {
+		if code, ok := interrupted(fmt.Sprintf("while waiting for lock %q", cfg.name)); ok {
 			return code
 		}
 		if errors.Is(context.Cause(acqCtx), errWaitTimeout) && ctx.Err() == nil {
-			e.logf("lock %s not acquired within -wait %v", cfg.name, cfg.wait)
+			e.logf("lock %q not acquired within -wait %v", cfg.name, cfg.wait)
 			return exitFailure
 		}
 		if errors.Is(err, primitives.ErrInvalidKey) || errors.Is(err, primitives.ErrInvalidTTL) {
 			// Bad input that only the lock package can judge (reserved
 			// namespace, cluster slots).
-			return e.usageError("lock hold: lock NAME %q: %v", cfg.name, err)
+			return e.usageErrorFor("lock hold", "lock hold: lock NAME %q: %v", cfg.name, err)
 		}
 		if errors.Is(err, primitives.ErrNotAcquired) {
 			// The retry policy gave up.
-			e.logf("lock %s not acquired: %v", cfg.name, err)
+			e.logf("lock %q not acquired: %v", cfg.name, err)
 			return exitFailure
 		}
-		e.logf("acquiring lock %s: %v", cfg.name, err)
+		e.logf("acquiring lock %q: %v", cfg.name, err)
 		return exitFailure
 	}
-	if code, ok := interrupted("just as lock " + cfg.name + " was acquired"); ok {
+	if code, ok := interrupted(fmt.Sprintf("just as lock %q was acquired", cfg.name)); ok {
 		// The signal raced the grant: do not start CMD.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer rcancel()
@@ -67,7 +68,7 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 		token = strconv.FormatInt(l.FencingToken(), 10)
 		note = " (fencing token " + token + ")"
 	}
-	e.logf("acquired lock %s%s; key %s, ttl %v", cfg.name, note, l.Key(), cfg.ttl)
+	e.logf("acquired lock %q%s; key %q, ttl %v", cfg.name, note, l.Key(), cfg.ttl)
 	keepAlive := func(kctx context.Context) (stop func()) {
 		return primitives.KeepAlive(kctx, l, cfg.ttl)
 	}

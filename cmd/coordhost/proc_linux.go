@@ -3,7 +3,9 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"strconv"
 	"syscall"
 	"unsafe"
 )
@@ -26,4 +28,37 @@ func isTerminal(f *os.File) bool {
 	var t syscall.Termios
 	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
 	return errno == 0
+}
+
+// groupHasLiveMember reports whether a process of group pgid has not
+// exited yet (one that exited but was not reaped is a zombie, state Z).
+// If /proc cannot be read it assumes so.
+func groupHasLiveMember(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, ent := range entries {
+		if _, err := strconv.Atoi(ent.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold anything, so
+		// the fields start after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) < 3 {
+			continue
+		}
+		if g, err := strconv.Atoi(string(f[2])); err == nil && g == pgid && f[0][0] != 'Z' && f[0][0] != 'X' {
+			return true
+		}
+	}
+	return false
 }

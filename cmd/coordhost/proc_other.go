@@ -16,3 +16,7 @@ func childSysProcAttr(ownGroup bool) *syscall.SysProcAttr {
 // isTerminal reports whether f is a terminal. Outside Linux it always says
 // no, so children always get their own process group.
 func isTerminal(*os.File) bool { return false }
+
+// groupHasLiveMember reports whether group pgid, which has a member, has
+// one that has not exited; outside Linux that cannot be told, so yes.
+func groupHasLiveMember(int) bool { return true }

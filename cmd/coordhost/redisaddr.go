@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,12 +46,21 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 	case strings.Contains(s, "://"):
 		opt, err := rueidis.ParseURL(s)
 		if err != nil {
-			return opt, "", fmt.Errorf("%q: %w", s, err)
+			// net/url's errors quote the whole URL, password and all.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return opt, "", fmt.Errorf("%q: %v", redactURL(s), err)
 		}
 		if len(opt.InitAddress) != 1 || opt.InitAddress[0] == "" {
-			return opt, "", fmt.Errorf("%q: no server address in URL", s)
+			return opt, "", fmt.Errorf("%q: no server address in URL", redactURL(s))
 		}
 		return opt, opt.InitAddress[0], nil
+	}
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		// Credentials without a scheme: keep them off the terminal.
+		return opt, "", fmt.Errorf("%q: credentials go in a URL, as in redis://user:pass@host:port", "xxxxx"+s[i:])
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
@@ -64,6 +74,29 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 	}
 	opt.InitAddress = []string{s}
 	return opt, s, nil
+}
+
+// redactURL returns the URL s with the password of its user information,
+// if any, replaced by "xxxxx", as url.URL.Redacted does, also for a URL
+// that does not parse.
+func redactURL(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	end := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		end = i
+	}
+	at := strings.LastIndexByte(rest[:end], '@')
+	if at < 0 {
+		return s
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return s
+	}
+	return scheme + "://" + user + ":xxxxx" + rest[at:]
 }
 
 // unixClientOption returns options that dial the unix socket path.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -36,33 +34,43 @@ type serveArgs struct {
 	load   config.LoadOptions
 }
 
-// parseServeArgs parses the arguments after `serve`.
+// serveFlags are the flags of `serve`.
+type serveFlags struct {
+	config    string
+	vars      listFlag
+	listen    string
+	listenSet bool
+}
+
+func newServeFlags(f *serveFlags) *flag.FlagSet {
+	fs := newFlagSet("serve")
+	fs.Var(newStringValue(&f.config, ""), "config", "the configuration `FILE`, instead of the FILE argument")
+	fs.Var(&f.vars, "var", varHelp)
+	fs.Func("listen", "`ADDR` (host:port) to listen on instead of server.listen; port 0 picks a free port",
+		func(s string) error { f.listen, f.listenSet = s, true; return nil })
+	return fs
+}
+
+// parseServeArgs parses the arguments after `serve`: flags and one FILE,
+// in any order; FILE may also be given as -config FILE.
 func parseServeArgs(args []string) (serveArgs, error) {
 	var sa serveArgs
-	var vars listFlag
-	listenSet := false
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.StringVar(&sa.file, "config", "", "configuration file")
-	fs.Var(&vars, "var", "NAME=VALUE")
-	fs.Func("listen", "ADDR", func(s string) error { sa.listen, listenSet = s, true; return nil })
+	var f serveFlags
+	fs := newServeFlags(&f)
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return sa, err
 	}
-	if len(positional) > 0 {
-		return sa, fmt.Errorf("unexpected argument %q (the configuration file goes after -config)", positional[0])
+	if sa.file, err = fileArg(positional, f.config, "serve"); err != nil {
+		return sa, err
 	}
-	if sa.file == "" {
-		return sa, errors.New("missing -config FILE")
-	}
-	if listenSet {
-		if err := checkListen(sa.listen); err != nil {
+	if f.listenSet {
+		if err := checkListen(f.listen); err != nil {
 			return sa, err
 		}
+		sa.listen = f.listen
 	}
-	if sa.load.Vars, err = parseVars(vars); err != nil {
+	if sa.load.Vars, err = parseVars(f.vars); err != nil {
 		return sa, err
 	}
 	return sa, nil
@@ -75,11 +83,10 @@ func parseServeArgs(args []string) (serveArgs, error) {
 func runServe(ctx context.Context, args []string, e *env) int {
 	sa, err := parseServeArgs(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(e.stdout, usageText)
-		return exitOK
+		return e.printHelp("serve")
 	}
 	if err != nil {
-		return e.usageError("serve: %v", err)
+		return e.usageErrorFor("serve", "serve: %v", err)
 	}
 	cfg, diags := config.Load(sa.file, sa.load)
 	if diags.HasErrors() {

@@ -66,7 +66,9 @@ func TestServe(t *testing.T) {
 	te := newTestEnv(t, nil)
 	done := make(chan int, 1)
 	go func() {
-		done <- run(context.Background(), []string{"serve", "-config", path, "-listen", "127.0.0.1:0"}, te.env)
+		// FILE as the argument, as validate takes it (-config FILE is
+		// covered by the other tests).
+		done <- run(context.Background(), []string{"serve", path, "-listen", "127.0.0.1:0"}, te.env)
 	}()
 	m := waitOutput(t, 10*time.Second, te.errOut, regexp.MustCompile(`level=INFO msg=listening addr=(127\.0\.0\.1:\d+) generation=1\n`))
 	base := "http://" + m[1]
@@ -198,18 +200,26 @@ func TestServeSignalWhileStarting(t *testing.T) {
 // nothing starts.
 func TestServeBadConfig(t *testing.T) {
 	t.Parallel()
-	te := newTestEnv(t, nil)
-	code := run(context.Background(), []string{"serve", "-config", brokenExample, "-listen", "127.0.0.1:0"}, te.env)
-	if code != exitFailure {
-		t.Fatalf("exit status %d, want 1; stderr:\n%s", code, te.errOut)
-	}
-	stderr := te.errOut.String()
-	if n := strings.Count(stderr, "Error: "); n != 5 {
-		t.Errorf("%d errors, want 5:\n%s", n, stderr)
-	}
-	if !strings.Contains(stderr, "on ../../examples/broken.hcl line 22, in lock \"invoice\":") ||
-		!strings.HasSuffix(stderr, "coordhost: serve: ../../examples/broken.hcl: 5 errors; not starting\n") {
-		t.Errorf("stderr:\n%s", stderr)
+	for _, args := range [][]string{
+		{"serve", "-config", brokenExample, "-listen", "127.0.0.1:0"},
+		{"serve", brokenExample, "-listen", "127.0.0.1:0"},
+		{"serve", "-listen", "127.0.0.1:0", brokenExample},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			te := newTestEnv(t, nil)
+			code := run(context.Background(), args, te.env)
+			if code != exitFailure {
+				t.Fatalf("exit status %d, want 1; stderr:\n%s", code, te.errOut)
+			}
+			stderr := te.errOut.String()
+			if n := strings.Count(stderr, "Error: "); n != 5 {
+				t.Errorf("%d errors, want 5:\n%s", n, stderr)
+			}
+			if !strings.Contains(stderr, "on ../../examples/broken.hcl line 22, in lock \"invoice\":") ||
+				!strings.HasSuffix(stderr, "coordhost: serve: ../../examples/broken.hcl: 5 errors; not starting\n") {
+				t.Errorf("stderr:\n%s", stderr)
+			}
+		})
 	}
 }
 
@@ -250,10 +260,12 @@ func TestServeBadArgs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no arguments", nil, "serve: missing -config FILE"},
-		{"empty -config", []string{"-config", ""}, "serve: missing -config FILE"},
-		{"positional FILE", []string{"c.hcl"}, `serve: unexpected argument "c.hcl" (the configuration file goes after -config)`},
-		{"extra argument", []string{"-config", "c.hcl", "now"}, `serve: unexpected argument "now"`},
+		{"no arguments", nil, "serve: missing FILE"},
+		{"empty -config", []string{"-config", ""}, "serve: missing FILE"},
+		{"empty FILE", []string{""}, "serve: FILE is empty"},
+		{"FILE and -config", []string{"-config", "a.hcl", "b.hcl"}, `serve: FILE "b.hcl" and -config "a.hcl": give the file once`},
+		{"two files", []string{"a.hcl", "b.hcl"}, `serve: unexpected argument "b.hcl": serve takes one FILE`},
+		{"FILE and -config, flag last", []string{"b.hcl", "-listen", "127.0.0.1:0", "-config", "a.hcl"}, `serve: FILE "b.hcl" and -config "a.hcl": give the file once`},
 		{"listen not host:port", []string{"-config", "c.hcl", "-listen", "7379"}, `serve: -listen "7379" is not host:port`},
 		{"listen empty", []string{"-config", "c.hcl", "-listen", ""}, `serve: -listen "" is not host:port`},
 		{"listen bad port", []string{"-config", "c.hcl", "-listen", "127.0.0.1:http"}, `serve: -listen "127.0.0.1:http": bad port "http"`},
@@ -261,6 +273,7 @@ func TestServeBadArgs(t *testing.T) {
 		{"var without =", []string{"-config", "c.hcl", "-var", "x"}, `serve: -var "x": want NAME=VALUE`},
 		{"var bad name", []string{"-config", "c.hcl", "-var", "=x"}, `is not a valid variable name`},
 		{"unknown flag", []string{"-config", "c.hcl", "-redis", "127.0.0.1:6379"}, "flag provided but not defined: -redis"},
+		{"misspelt flag", []string{"c.hcl", "-lisen", "127.0.0.1:0"}, "flag provided but not defined: -lisen (did you mean -listen?)"},
 		{"flag missing value", []string{"-config"}, "flag needs an argument: -config"},
 	}
 	for _, tc := range cases {
@@ -270,7 +283,7 @@ func TestServeBadArgs(t *testing.T) {
 			if code != exitUsage {
 				t.Fatalf("exit status %d, want 2; stderr:\n%s", code, te.errOut)
 			}
-			if !strings.Contains(te.errOut.String(), tc.want) {
+			if !strings.Contains(te.errOut.String(), tc.want) || !strings.HasSuffix(te.errOut.String(), "\nRun 'coordhost serve -h' for usage.\n") {
 				t.Fatalf("stderr = %q, want %q", te.errOut, tc.want)
 			}
 		})

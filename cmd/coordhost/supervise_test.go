@@ -130,7 +130,7 @@ func TestLostLockStopsChild(t *testing.T) {
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Fatalf("child took %v to stop after SIGTERM", d)
 	}
-	if !strings.Contains(log.String(), "lost lock job; stopping sh (SIGTERM now, SIGKILL in 10s)") {
+	if !strings.Contains(log.String(), `lost lock "job"; stopping sh (SIGTERM now, SIGKILL in 10s)`) {
 		t.Fatalf("log = %q", log)
 	}
 }
@@ -160,16 +160,18 @@ func TestLostLockKillsAfterGrace(t *testing.T) {
 	}
 }
 
-// TestLostLockKillsLeftoverGroup: after a lost lock, members of the
-// child's process group that outlive the child are killed too.
-func TestLostLockKillsLeftoverGroup(t *testing.T) {
-	t.Parallel()
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	s, _, _ := newSupervisor(10 * time.Second)
-	lost := make(chan struct{})
-	// The grandchild ignores SIGTERM; the shell exits 0 on SIGTERM.
-	cmd := shCmd("trap 'exit 0' TERM; (trap '' TERM; exec sleep 30) & echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; wait")
-	done := supervise(t, s, cmd, lost)
+// leftoverCmd returns a shell, in its own process group, that runs setup,
+// starts a grandchild ignoring SIGTERM, waits until it does, writes its
+// pid to pidFile, and then runs script.
+func leftoverCmd(pidFile, setup, script string) *exec.Cmd {
+	return shCmd(setup + "; (trap '' TERM; : > " + pidFile + ".ready; exec sleep 30) & " +
+		"while [ ! -e " + pidFile + ".ready ]; do sleep 0.01; done; " +
+		"echo $! > " + pidFile + ".tmp; mv " + pidFile + ".tmp " + pidFile + "; " + script)
+}
+
+// readPid reads the pid that leftoverCmd wrote.
+func readPid(t *testing.T, pidFile string) int {
+	t.Helper()
 	waitFor(t, 5*time.Second, "child to start", fileExists(pidFile))
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -179,12 +181,111 @@ func TestLostLockKillsLeftoverGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	return pid
+}
+
+// TestLostLockKillsLeftoverGroup: after a lost lock, members of the
+// child's process group that outlive the child get the same treatment as
+// the child: SIGTERM, and SIGKILL once the grace has passed.
+func TestLostLockKillsLeftoverGroup(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	grace := 300 * time.Millisecond
+	s, _, log := newSupervisor(grace)
+	lost := make(chan struct{})
+	// The shell exits 0 on SIGTERM; the grandchild ignores it.
+	cmd := leftoverCmd(pidFile, "trap 'exit 0' TERM", "wait")
+	done := supervise(t, s, cmd, lost)
+	pid := readPid(t, pidFile)
+	t0 := time.Now()
 	close(lost)
 	res := awaitResult(t, done, 5*time.Second)
 	if res.status != 0 || !res.lost {
 		t.Fatalf("result = %+v, want status 0 and lost", res)
 	}
+	if d := time.Since(t0); d < grace {
+		t.Fatalf("run returned %v after SIGTERM, before the grace of %v", d, grace)
+	}
 	waitFor(t, 2*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
+	want := "lost lock \"job\"; stopping sh (SIGTERM now, SIGKILL in 300ms)\n" +
+		"processes of sh's group still running 300ms after SIGTERM; sending SIGKILL\n"
+	if log.String() != want {
+		t.Fatalf("log = %q, want %q", log, want)
+	}
+}
+
+// TestLostLockGroupExitsInGrace: group members that do stop on SIGTERM
+// are not waited for beyond their exit, and get no SIGKILL.
+func TestLostLockGroupExitsInGrace(t *testing.T) {
+	t.Parallel()
+	started := filepath.Join(t.TempDir(), "started")
+	s, _, log := newSupervisor(10 * time.Second)
+	lost := make(chan struct{})
+	cmd := shCmd("trap 'exit 0' TERM; sleep 30 & touch " + started + "; wait")
+	done := supervise(t, s, cmd, lost)
+	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	close(lost)
+	res := awaitResult(t, done, 5*time.Second)
+	if res.status != 0 || !res.lost || res.killed || strings.Contains(log.String(), "SIGKILL;") {
+		t.Fatalf("result = %+v; log:\n%s", res, log)
+	}
+}
+
+// TestLostAtReleaseStopsLeftovers: a lock found lost only after CMD exited
+// (by the release) gets the lost-lock treatment for what CMD left running
+// in its process group: SIGTERM, ignored here, then SIGKILL after the
+// grace. Before, those processes were left running without the lock.
+func TestLostAtReleaseStopsLeftovers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		result primitives.ReleaseResult
+	}{
+		{"not owned", primitives.NotOwned},
+		{"already released", primitives.AlreadyReleased},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			te := newTestEnv(t, nil)
+			te.grace = 200 * time.Millisecond
+			cfg := holdConfig{name: "job", ttl: defaultTTL}
+			// CMD exits 0 at once and leaves a grandchild that ignores SIGTERM.
+			cmd := leftoverCmd(pidFile, ":", "exit 0")
+			l := newFakeLock(tc.result, nil)
+			status := holdAndRun(context.Background(), l, func(context.Context) func() { return func() {} }, cmd, cfg, te.env, make(chan os.Signal))
+			pid := readPid(t, pidFile)
+			if status != exitFailure {
+				t.Errorf("status %d, want %d", status, exitFailure)
+			}
+			waitFor(t, 5*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
+			want := "coordhost: lock \"job\" was lost before sh exited (release found " + tc.result.String() + ")\n" +
+				"coordhost: lost lock \"job\"; sh exited, but processes of its group still run: stopping them (SIGTERM now, SIGKILL in 200ms)\n" +
+				"coordhost: processes of sh's group still running 200ms after SIGTERM; sending SIGKILL\n"
+			if te.errOut.String() != want {
+				t.Fatalf("stderr = %q, want %q", te.errOut, want)
+			}
+		})
+	}
+}
+
+// TestReleasedKeepsLeftovers: a lock released normally leaves what CMD
+// started in the background alone (as before).
+func TestReleasedKeepsLeftovers(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	te := newTestEnv(t, nil)
+	te.grace = 50 * time.Millisecond
+	cmd := leftoverCmd(pidFile, ":", "exit 0")
+	l := newFakeLock(primitives.Released, nil)
+	if status := holdAndRun(context.Background(), l, func(context.Context) func() { return func() {} }, cmd, holdConfig{name: "job", ttl: defaultTTL}, te.env, make(chan os.Signal)); status != 0 {
+		t.Fatalf("status %d; stderr:\n%s", status, te.errOut)
+	}
+	pid := readPid(t, pidFile)
+	if processGone(pid) {
+		t.Fatalf("grandchild %d was stopped; stderr:\n%s", pid, te.errOut)
+	}
 }
 
 // TestSignalsForwarded: signals coordhost gets go to the child's group.
@@ -263,16 +364,16 @@ func TestHoldAndRun(t *testing.T) {
 		status  int
 		message string
 	}{
-		{"released", "exit 0", primitives.Released, nil, false, 0, "coordhost: released lock job\n"},
-		{"status passed on", "exit 7", primitives.Released, nil, false, 7, "coordhost: released lock job\n"},
+		{"released", "exit 0", primitives.Released, nil, false, 0, "coordhost: released lock \"job\"\n"},
+		{"status passed on", "exit 7", primitives.Released, nil, false, 7, "coordhost: released lock \"job\"\n"},
 		{"lost unnoticed, found at release", "exit 0", primitives.NotOwned, nil, false, exitFailure,
-			"coordhost: lock job was lost before sh exited (release found NotOwned)\n"},
+			"coordhost: lock \"job\" was lost before sh exited (release found NotOwned)\n"},
 		{"expired unnoticed", "exit 3", primitives.AlreadyReleased, nil, false, 3,
-			"coordhost: lock job was lost before sh exited (release found AlreadyReleased)\n"},
+			"coordhost: lock \"job\" was lost before sh exited (release found AlreadyReleased)\n"},
 		{"release error keeps status", "exit 0", 0, errors.New("boom"), false, 0,
-			"coordhost: releasing lock job: boom (it expires within 15s)\n"},
+			"coordhost: releasing lock \"job\": boom (it expires within 15s)\n"},
 		{"lost while running", `touch "$0"; sleep 30`, primitives.AlreadyReleased, nil, true, 143,
-			"coordhost: lost lock job; stopping sh (SIGTERM now, SIGKILL in 5s)\ncoordhost: sh was ended by SIGTERM\n"},
+			"coordhost: lost lock \"job\"; stopping sh (SIGTERM now, SIGKILL in 5s)\ncoordhost: sh was ended by SIGTERM\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

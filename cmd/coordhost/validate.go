@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/coordhost/coordhost/config"
@@ -17,40 +16,55 @@ type validateArgs struct {
 	load config.LoadOptions
 }
 
+// validateFlags are the flags of `validate`.
+type validateFlags struct {
+	config string
+	vars   listFlag
+}
+
+func newValidateFlags(f *validateFlags) *flag.FlagSet {
+	fs := newFlagSet("validate")
+	fs.Var(newStringValue(&f.config, ""), "config", "the configuration `FILE`, instead of the FILE argument")
+	fs.Var(&f.vars, "var", varHelp)
+	return fs
+}
+
 // parseValidateArgs parses the arguments after `validate`: flags and one
 // FILE, in any order; FILE may also be given as -config FILE.
 func parseValidateArgs(args []string) (validateArgs, error) {
 	var va validateArgs
-	var vars listFlag
-	var configFlag string
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	fs.Var(&vars, "var", "NAME=VALUE")
-	fs.StringVar(&configFlag, "config", "", "configuration file")
+	var f validateFlags
+	fs := newValidateFlags(&f)
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return va, err
 	}
-	switch {
-	case len(positional) > 1:
-		return va, fmt.Errorf("unexpected argument %q: validate checks one FILE", positional[1])
-	case len(positional) == 1 && configFlag != "":
-		return va, fmt.Errorf("FILE %q and -config %q: give the file once", positional[0], configFlag)
-	case len(positional) == 1:
-		va.file = positional[0]
-	case configFlag != "":
-		va.file = configFlag
-	default:
-		return va, errors.New("missing FILE")
+	if va.file, err = fileArg(positional, f.config, "validate"); err != nil {
+		return va, err
 	}
-	if va.file == "" {
-		return va, errors.New("FILE is empty")
-	}
-	if va.load.Vars, err = parseVars(vars); err != nil {
+	if va.load.Vars, err = parseVars(f.vars); err != nil {
 		return va, err
 	}
 	return va, nil
+}
+
+// fileArg picks the configuration file of validate or serve: the one
+// positional argument, or else -config FILE; both is an error, as is
+// neither.
+func fileArg(positional []string, configFlag, cmd string) (string, error) {
+	switch {
+	case len(positional) > 1:
+		return "", fmt.Errorf("unexpected argument %q: %s takes one FILE", positional[1], cmd)
+	case len(positional) == 1 && configFlag != "":
+		return "", fmt.Errorf("FILE %q and -config %q: give the file once", positional[0], configFlag)
+	case len(positional) == 1 && positional[0] == "":
+		return "", errors.New("FILE is empty")
+	case len(positional) == 1:
+		return positional[0], nil
+	case configFlag != "":
+		return configFlag, nil
+	}
+	return "", errors.New("missing FILE")
 }
 
 // parseInterspersed parses args with fs, allowing flags before and after
@@ -64,7 +78,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			return nil, flagError(fs, err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -82,11 +96,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func runValidate(_ context.Context, args []string, e *env) int {
 	va, err := parseValidateArgs(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(e.stdout, usageText)
-		return exitOK
+		return e.printHelp("validate")
 	}
 	if err != nil {
-		return e.usageError("validate: %v", err)
+		return e.usageErrorFor("validate", "validate: %v", err)
 	}
 	cfg, diags := config.Load(va.file, va.load)
 	e.writeDiags(cfg.Files(), diags)
@@ -96,9 +109,9 @@ func runValidate(_ context.Context, args []string, e *env) int {
 		return exitFailure
 	}
 	if warns > 0 {
-		fmt.Fprintf(e.stdout, "%s: OK (%s)\n", va.file, plural(warns, "warning"))
+		printLine(e.stdout, fmt.Sprintf("%s: OK (%s)", va.file, plural(warns, "warning")))
 		return exitOK
 	}
-	fmt.Fprintf(e.stdout, "%s: OK\n", va.file)
+	printLine(e.stdout, va.file+": OK")
 	return exitOK
 }

@@ -173,7 +173,7 @@ func TestValidateBadArgs(t *testing.T) {
 	}{
 		{"no FILE", nil, "validate: missing FILE"},
 		{"only flags", []string{"-var", "a=b"}, "validate: missing FILE"},
-		{"two files", []string{"a.hcl", "b.hcl"}, `validate: unexpected argument "b.hcl": validate checks one FILE`},
+		{"two files", []string{"a.hcl", "b.hcl"}, `validate: unexpected argument "b.hcl": validate takes one FILE`},
 		{"FILE and -config", []string{"-config", "a.hcl", "b.hcl"}, `validate: FILE "b.hcl" and -config "a.hcl": give the file once`},
 		{"empty FILE", []string{""}, "validate: FILE is empty"},
 		{"empty -config", []string{"-config", ""}, "validate: missing FILE"},
@@ -181,6 +181,7 @@ func TestValidateBadArgs(t *testing.T) {
 		{"var bad name", []string{"-var", "a.b=1", "a.hcl"}, `"a.b" is not a valid variable name`},
 		{"var missing value", []string{"a.hcl", "-var"}, "flag needs an argument: -var"},
 		{"unknown flag", []string{"-strict", "a.hcl"}, "flag provided but not defined: -strict"},
+		{"misspelt flag", []string{"-vars", "a=b", "a.hcl"}, "flag provided but not defined: -vars (did you mean -var?)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -189,7 +190,7 @@ func TestValidateBadArgs(t *testing.T) {
 			if code != exitUsage {
 				t.Fatalf("exit status %d, want 2; stderr:\n%s", code, te.errOut)
 			}
-			if !strings.Contains(te.errOut.String(), tc.want) || !strings.Contains(te.errOut.String(), "Run 'coordhost help' for usage.") {
+			if !strings.Contains(te.errOut.String(), tc.want) || !strings.HasSuffix(te.errOut.String(), "\nRun 'coordhost validate -h' for usage.\n") {
 				t.Fatalf("stderr = %q, want %q", te.errOut, tc.want)
 			}
 		})
