@@ -54,6 +54,10 @@ type Options struct {
 	// DrainTimeout bounds the drain of a replaced generation; 0 means
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// SkipServerCheck skips the check of the server's settings at New
+	// (ServerHazards, logged as warnings): for short-lived commands that
+	// would repeat it on every run. The daemon checks.
+	SkipServerCheck bool
 }
 
 // Host is a running configuration. Safe for concurrent use.
@@ -121,7 +125,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 // guarantees (see ServerHazards). Dev mode's private server has no
 // persistence by design and is not checked.
 func (h *Host) warnServerHazards(ctx context.Context) {
-	if h.dev != nil {
+	if h.dev != nil || h.opts.SkipServerCheck {
 		return
 	}
 	hazards, err := ServerHazards(ctx, h.client)

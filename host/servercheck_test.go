@@ -2,10 +2,13 @@ package host_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
 	"github.com/coordhost/coordhost/internal/redistest"
 )
@@ -85,4 +88,30 @@ func TestServerHazards(t *testing.T) {
 			t.Fatalf("refused CONFIG: %v", err)
 		}
 	})
+}
+
+// host.New logs each hazard as a warning, unless SkipServerCheck.
+func TestNewWarnsAboutServerHazards(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := redistest.Start(t) // no persistence
+	cfg, diags := config.Parse([]byte(fmt.Sprintf("redis {\n  addresses = [%q]\n}\n", s.Addr)), "c.hcl", config.LoadOptions{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, skip := range []bool{false, true} {
+		var logs strings.Builder
+		h, err := host.New(ctx, cfg, host.Options{
+			Logger:          slog.New(slog.NewTextHandler(&logs, nil)),
+			WasmCacheDir:    t.TempDir(),
+			SkipServerCheck: skip,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		if got := strings.Contains(logs.String(), "no persistence"); got == skip {
+			t.Errorf("SkipServerCheck=%v: warned=%v; logs:\n%s", skip, got, logs.String())
+		}
+	}
 }

@@ -48,7 +48,9 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 	}
 	e.writeDiags(conf.Files(), diags) // warnings
 
-	opts := host.Options{Logger: cliLogger(e.stderr), Load: cfg.load}
+	// One lock hold is too short-lived to report the server's settings on
+	// every run; `serve` does (host.ServerHazards).
+	opts := host.Options{Logger: cliLogger(e.stderr), Load: cfg.load, SkipServerCheck: true}
 	if cfg.redis != "" {
 		// -redis replaces the addresses of the file's redis block; its
 		// key_prefix still applies, and so do its credentials unless the
