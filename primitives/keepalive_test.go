@@ -2,8 +2,6 @@ package primitives_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,28 +12,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	addr, stop, err := redistest.StartForExamples(7)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "primitives tests:", err)
-		os.Exit(1)
-	}
-	exampleAddr = addr
 	var opts []goleak.Option
 	for _, f := range redistest.LingeringGoroutines() {
 		opts = append(opts, goleak.IgnoreAnyFunction(f))
 	}
-	goleak.VerifyTestMain(runThen{m, stop}, opts...)
-}
-
-// runThen stops the example server after the tests, before goleak looks.
-type runThen struct {
-	m    *testing.M
-	stop func()
-}
-
-func (r runThen) Run() int {
-	defer r.stop()
-	return r.m.Run()
+	goleak.VerifyTestMain(redistest.ExampleMain(m, 7, &exampleAddr), opts...)
 }
 
 // exampleAddr is the server the runnable examples talk to.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,31 +20,14 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	addr, stop, err := redistest.StartForExamples(8) // hash-field expiry
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lease tests:", err)
-		os.Exit(1)
-	}
-	exampleAddr = addr
 	var opts []goleak.Option
 	for _, f := range redistest.LingeringGoroutines() {
 		opts = append(opts, goleak.IgnoreAnyFunction(f))
 	}
-	goleak.VerifyTestMain(runThen{m, stop}, opts...)
+	goleak.VerifyTestMain(redistest.ExampleMain(m, 8, &exampleAddr), opts...)
 }
 
-// runThen stops the example server after the tests, before goleak looks.
-type runThen struct {
-	m    *testing.M
-	stop func()
-}
-
-func (r runThen) Run() int {
-	defer r.stop()
-	return r.m.Run()
-}
-
-// exampleAddr is the Redis 8 server the runnable examples talk to.
+// exampleAddr is the server the runnable examples talk to.
 var exampleAddr string
 
 func newLeases(t *testing.T, c rueidis.Client, o lease.Options) *lease.Leases {

@@ -22,14 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	addr, stop, err := redistest.StartForExamples(7)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "lock tests:", err)
-		os.Exit(1)
-	}
-	exampleAddr = addr
-	code := m.Run()
-	stop()
+	code := redistest.ExampleMain(m, 7, &exampleAddr).Run()
 	if code == 0 {
 		// rueidis leaves bounded sleeps behind after Close; they are
 		// rueidis', not ours.
@@ -45,8 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// exampleAddr is the server the runnable examples talk to; TestMain starts
-// it because examples cannot take a *testing.T.
+// exampleAddr is the server the runnable examples talk to.
 var exampleAddr string
 
 // fleet is one server kind a behaviour test runs against.
