@@ -2,8 +2,11 @@
 // at build time. Each file's header documents its KEYS, ARGV, result, errors
 // and minimum server version.
 //
-// Every exported script starts with args.lua, the argument checks the
+// Every exported script that takes a TTL or writes more than an
+// owner-checked delete starts with args.lua, the argument checks the
 // scripts share, so each validates its arguments before its first write.
+// The release scripts only compare and delete; they go without it, since
+// they run on every release.
 package lua
 
 import _ "embed"
@@ -14,7 +17,7 @@ var args string
 // Lock scripts (primitives/lock).
 var (
 	LockAcquire     = args + lockAcquire
-	LockRelease     = args + lockRelease
+	LockRelease     = lockRelease
 	LockRenew       = args + lockRenew
 	LockAcquireFIFO = args + lockAcquireFIFO
 	LockLeaveFIFO   = args + lockLeaveFIFO
@@ -24,7 +27,7 @@ var (
 var (
 	LeaseAcquire = args + leaseAcquire
 	LeaseRenew   = args + leaseRenew
-	LeaseRelease = args + leaseRelease
+	LeaseRelease = leaseRelease
 )
 
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
