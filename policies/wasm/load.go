@@ -44,9 +44,13 @@ type ModuleOptions struct {
 	// Name names the module in errors, logs and CallInfo; "" means
 	// DefaultName.
 	Name string
-	// MemoryPages caps each instance's memory in 64 KiB pages; 0 means the
-	// Runtime's MemoryLimitPages, which it may not exceed. A module whose
-	// initial memory is larger is refused; growing beyond it fails the call.
+	// MemoryPages caps each instance's memory in 64 KiB pages; 0 means
+	// DefaultMemoryLimitPages (512 pages, 32 MiB), or the Runtime's
+	// MemoryLimitPages when that is lower. It may not exceed the Runtime's
+	// MemoryLimitPages. A module whose initial memory is larger is refused;
+	// beyond it, memory.grow returns -1 (and a module that then traps fails
+	// the call). Once a call's deadline has passed or its caller's context
+	// has ended, memory.grow fails too (see linearMemory).
 	MemoryPages uint32
 	// CallTimeout is the deadline of each call: 0 means DefaultCallTimeout,
 	// NoCallTimeout means none (see the package documentation); other
@@ -139,7 +143,10 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte, o ModuleOptions) (*Modu
 		o.Name = DefaultName
 	}
 	if o.MemoryPages == 0 {
-		o.MemoryPages = r.limitPages
+		// The documented default, whatever the runtime allows: a host
+		// whose runtime allows 4 GiB (so that memory_pages may ask for it)
+		// still gives a module without limits 32 MiB.
+		o.MemoryPages = min(DefaultMemoryLimitPages, r.limitPages)
 	}
 	switch {
 	case o.MemoryPages > r.limitPages:
