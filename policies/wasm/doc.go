@@ -81,6 +81,20 @@
 // _start) is refused too: build Go policies with -buildmode=c-shared; their
 // _initialize export runs once per instance.
 //
+// # Checking a module without running it
+//
+// Check (and Runtime.Check) runs everything Load does before it
+// instantiates a module, in the same code: the options, the binary's
+// imports and memory, compilation, the exports and their signatures.
+// Where the module's code makes them constants (`i32.const N`, or
+// `global.get` of an immutable global initialised with one), it also
+// checks the values Load gets by calling the exports: policy_abi_version
+// must return 1, the I/O area must lie in the initial memory (unless a
+// start function or _initialize runs first) and the config must fit it.
+// CheckResult.Unchecked lists what only running the module can tell (a Go
+// module's ABI version, policy_configure's verdict). `coordhost validate`
+// runs it through the host.
+//
 // # Deadlines and cancellation
 //
 // Every call has a deadline of ModuleOptions.CallTimeout (default 50 ms),
