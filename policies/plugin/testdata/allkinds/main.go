@@ -86,10 +86,37 @@ func (a *allKinds) spawn() error {
 	if err != nil {
 		return err
 	}
+	grandchild := strings.TrimSpace(string(out))
+	// Return once it runs sleep in its own session (the shell printed its
+	// pid before setsid ran).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if detached(grandchild) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the grandchild did not detach")
+		}
+	}
 	a.mu.Lock()
-	a.spawned = append(a.spawned, strconv.Itoa(child.Process.Pid), strings.TrimSpace(string(out)))
+	a.spawned = append(a.spawned, strconv.Itoa(child.Process.Pid), grandchild)
 	a.mu.Unlock()
 	return nil
+}
+
+// detached reports whether process pid runs sleep as the leader of its own
+// session.
+func detached(pid string) bool {
+	comm, err := os.ReadFile("/proc/" + pid + "/comm")
+	if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
+		return false
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	f := strings.Fields(string(stat[i+1:])) // state ppid pgrp session ...
+	return len(f) > 3 && f[3] == pid
 }
 
 func (a *allKinds) Info() map[string]string {
