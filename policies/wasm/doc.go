@@ -11,6 +11,9 @@
 //
 // # The coordpol v1 ABI
 //
+// plugins/sdk/guest/README.md is the reference for module authors; this is
+// the host's summary.
+//
 // Every module exports
 //
 //	memory                            its own linear memory (imported memory is refused)
