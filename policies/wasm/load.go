@@ -327,7 +327,7 @@ func checkModule(name string, e *engine, c wazero.CompiledModule) ([]policies.Ki
 		}
 		want, ok := allowed[fn]
 		if !ok {
-			return nil, loadErr(ErrImport, name, "%s: %s has no function %q", ref, mod, fn)
+			return nil, loadErr(ErrImport, name, "%s: %s has no function %s", ref, mod, policies.QuoteText(fn))
 		}
 		if err := checkSig("import "+ref.String(), def, signature{want.ParamTypes(), want.ResultTypes()}); err != nil {
 			return nil, loadErr(ErrImport, name, "%v", err)
