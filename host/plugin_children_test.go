@@ -84,6 +84,7 @@ policy "partition" "spawner" {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = h.Close() }) // should the test stop early; Close is idempotent
 	// The grandchild may still be execing sleep (its parent shell printed
 	// its pid first): look for a while.
 	var pids []int
