@@ -49,6 +49,7 @@
 //	  # builtin starvation: bound = "500ms" | "unbounded" (required)
 //	  # wasm:   module = "${path.config}/x.wasm" (required),
 //	  #         limits { memory_pages = 16  call_timeout = "50ms" }, config = {...}
+//	  #         (memory_pages defaults to 512, 32 MiB; call_timeout to 50ms)
 //	  # plugin: path (required), sha256 (required), args = [...], config = {...},
 //	  #         call_timeout, health_interval
 //	}
@@ -95,6 +96,9 @@ const (
 	// MaxWasmMemoryPages is the largest limits.memory_pages (4 GiB of
 	// 64 KiB pages, the wasm32 maximum).
 	MaxWasmMemoryPages = 65536
+	// DefaultWasmMemoryPages is limits.memory_pages when not set: 512
+	// pages, 32 MiB (policies/wasm.DefaultMemoryLimitPages).
+	DefaultWasmMemoryPages = 512
 )
 
 // Config is a decoded configuration file. It is plain data: building it did
@@ -286,8 +290,14 @@ type WasmPolicy struct {
 	// Module is the absolute path of the .wasm file; it existed, was
 	// readable and began with the WebAssembly magic when loaded.
 	Module string
-	// MemoryPages caps the instance memory in 64 KiB pages; 0 means the
-	// driver's default.
+	// ModuleRange is the range of the module attribute's value, for
+	// diagnostics about the module itself (e.g. the host's check of its
+	// ABI).
+	ModuleRange hcl.Range
+	// MemoryPages caps the instance memory in 64 KiB pages:
+	// limits.memory_pages, or DefaultWasmMemoryPages when not set. (A
+	// WasmPolicy built by hand with 0 gets the driver's default, the same
+	// 512 pages.)
 	MemoryPages uint32
 	// CallTimeout bounds one call; 0 means the driver's default.
 	CallTimeout time.Duration

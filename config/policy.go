@@ -221,12 +221,13 @@ func (d *decoder) checkPlaceholders(a *hcl.Attribute) bool {
 }
 
 func (d *decoder) decodeWasm(b *hcl.Block) *WasmPolicy {
-	w := &WasmPolicy{}
+	w := &WasmPolicy{MemoryPages: DefaultWasmMemoryPages}
 	content, diags := b.Body.Content(wasmSchema)
 	d.add(diags...)
 	at := content.Attributes
 	if a := at["module"]; a != nil {
 		w.Module, _ = d.wasmModule(a)
+		w.ModuleRange = a.Expr.Range()
 	}
 	if a := at["config"]; a != nil {
 		w.Config, _ = d.jsonObject(a)

@@ -75,12 +75,9 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
-		mod, err := rt.Load(ctx, src, wasm.ModuleOptions{
-			Name: name, MemoryPages: p.Wasm.MemoryPages, CallTimeout: p.Wasm.CallTimeout,
-			Config: p.Wasm.Config, Logger: log.With("policy", name),
-			FallbackRetry: fallbackRetry, FallbackStarvation: fallbackStarvation,
-			Observer: m.wasmObserver(),
-		})
+		o := wasmOptions(p, name, log)
+		o.Observer = m.wasmObserver()
+		mod, err := rt.Load(ctx, src, o)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
@@ -126,6 +123,21 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 		return nil, fmt.Errorf("policy %s: unknown driver %q", name, p.Driver)
 	}
 	return lp, nil
+}
+
+// wasmOptions are the module options of wasm policy p (named name), as
+// both loading (loadPolicy) and checking (CheckPolicies) use them. The
+// module adds the attribute policy=name to log's lines itself.
+func wasmOptions(p *config.Policy, name string, log *slog.Logger) wasm.ModuleOptions {
+	pages := p.Wasm.MemoryPages
+	if pages == 0 {
+		pages = config.DefaultWasmMemoryPages // a Config built by hand
+	}
+	return wasm.ModuleOptions{
+		Name: name, MemoryPages: pages, CallTimeout: p.Wasm.CallTimeout,
+		Config: p.Wasm.Config, Logger: log,
+		FallbackRetry: fallbackRetry, FallbackStarvation: fallbackStarvation,
+	}
 }
 
 var errNoPolicy = errors.New("host: no such policy")

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordhost/coordhost/plugins/sdk/proctree"
 	"github.com/coordhost/coordhost/plugins/sdk/proto/policyv1"
 	"github.com/coordhost/coordhost/policies"
 )
@@ -89,17 +90,28 @@ func (s *Server) ServedKinds() []policies.Kind {
 // InfoReporter. Call it from main. It exits the process with status 1 when
 // impl serves no kind or when the executable was not started by coordhost
 // (wrong or missing magic cookie).
+//
+// Processes the plugin starts do not outlive it. On Linux, Serve makes the
+// process a child subreaper (proctree.BecomeSubreaper), so a process it
+// started that detaches itself (setsid, setpgid, a double fork) is
+// reparented to the plugin rather than to init and stays where the host
+// can find and kill it when it stops the plugin; and before Serve returns
+// it kills whatever the plugin started that still runs. A side effect: an
+// orphan the plugin adopts stays a zombie until the plugin exits (or reaps
+// it with wait4).
 func Serve(impl any) {
 	srv, err := NewServer(impl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "coordhost plugin:", err)
 		os.Exit(1)
 	}
+	_ = proctree.BecomeSubreaper() // Linux only; elsewhere the host kills the process group
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: HandshakeConfig(),
 		Plugins:         goplugin.PluginSet{PluginName: &Plugin{Impl: srv}},
 		GRPCServer:      goplugin.DefaultGRPCServer,
 	})
+	proctree.New(os.Getpid()).Kill()
 }
 
 // Kinds implements policyv1.PolicyServer.

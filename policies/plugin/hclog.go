@@ -7,6 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/coordhost/coordhost/policies"
 )
 
 // slogHCLog adapts a *slog.Logger to hclog.Logger, the logger go-plugin
@@ -54,7 +56,36 @@ func (h *slogHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if h.name != "" {
 		args = append(args, "logger", h.name)
 	}
-	h.l.Log(ctx, lv, msg, args...)
+	h.l.Log(ctx, lv, policies.EscapeText(msg), escapeArgs(args)...)
+}
+
+// escapeArgs escapes the strings and errors among key/value args: go-plugin
+// logs the plugin's standard error lines through this logger, as a message
+// and (for hclog's JSON lines) key/value pairs, all of them the plugin's
+// text.
+func escapeArgs(args []any) []any {
+	out := args
+	for i, a := range args {
+		var e any
+		switch v := a.(type) {
+		case string:
+			if s := policies.EscapeText(v); s != v {
+				e = s
+			}
+		case error:
+			e = policies.EscapeError(v)
+		default:
+			continue
+		}
+		if e == nil {
+			continue
+		}
+		if &out[0] == &args[0] {
+			out = append([]any(nil), args...) // never modify the caller's slice
+		}
+		out[i] = e
+	}
+	return out
 }
 
 func (h *slogHCLog) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }

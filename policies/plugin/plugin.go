@@ -13,6 +13,23 @@
 // policies.ErrPartition). Partition keys, being pure functions of their
 // input, are cached in a bounded LRU for the Plugin's lifetime (a reload
 // builds a new Plugin).
+//
+// A caller's context bounds its call: each call's deadline is the earlier
+// of the caller's and CallTimeout, and a caller that gives up gets the
+// fallback (or, for partition, an error wrapping its context's error)
+// without the plugin being counted as failing.
+//
+// No process a plugin starts outlives it (Linux): plugins built with
+// plugins/sdk are child subreapers, so whatever they start stays below
+// them in /proc however it detaches itself (setsid, setpgid, a double
+// fork); when a plugin stops (Close, a restart) its descendants are
+// stopped and killed first, and so are processes seen below it earlier
+// that were reparented away since. See plugins/sdk/proctree. Elsewhere
+// only the plugin's process group is killed.
+//
+// Text from a plugin (refusals, error messages, its standard error lines,
+// which go-plugin logs) is escaped before it reaches an error or a log
+// (policies.EscapeText, policies.QuoteText).
 package plugin
 
 import (
@@ -185,7 +202,7 @@ func (p *Plugin) unavailable(cause error) error {
 	if cause == nil {
 		return fmt.Errorf("plugin %q: %w: %w (restarting)", p.opts.Name, policies.ErrPartition, ErrUnavailable)
 	}
-	return fmt.Errorf("plugin %q: %w: %w: %w", p.opts.Name, policies.ErrPartition, ErrUnavailable, cause)
+	return fmt.Errorf("plugin %q: %w: %w: %w", p.opts.Name, policies.ErrPartition, ErrUnavailable, policies.EscapeError(cause))
 }
 
 type retryPolicy struct {
@@ -267,7 +284,9 @@ type partitionPolicy struct {
 // PartitionKey returns the cached key, or asks the plugin. When the plugin
 // is down or the call fails it fails closed: the error wraps
 // policies.ErrPartition and ErrUnavailable (or ErrClosed). A refusal by the
-// policy wraps policies.ErrPartition; refusals are not cached.
+// policy wraps policies.ErrPartition and quotes its message
+// (policies.QuoteText); refusals are not cached. Any text from the plugin
+// in an error is escaped.
 func (pp *partitionPolicy) PartitionKey(ctx context.Context, req policies.PartitionRequest) (string, error) {
 	p := pp.p
 	if p.closed() {
@@ -304,7 +323,7 @@ func (pp *partitionPolicy) PartitionKey(ctx context.Context, req policies.Partit
 		return "", p.unavailable(err)
 	}
 	if msg := resp.GetError(); msg != "" {
-		return "", fmt.Errorf("plugin %q: %w: %s", p.opts.Name, policies.ErrPartition, msg)
+		return "", fmt.Errorf("plugin %q: %w: refused: %s", p.opts.Name, policies.ErrPartition, policies.QuoteText(msg))
 	}
 	key := resp.GetKey()
 	if p.cache != nil {
@@ -326,13 +345,13 @@ func (p *Plugin) SelfTest(ctx context.Context) error {
 		return fmt.Errorf("plugin %q: %w (restarting)", p.opts.Name, ErrUnavailable)
 	}
 	if err := p.ping(ctx, c); err != nil {
-		return fmt.Errorf("plugin %q: self-test: health: %w", p.opts.Name, err)
+		return fmt.Errorf("plugin %q: self-test: health: %w", p.opts.Name, policies.EscapeError(err))
 	}
 	call := func(kind policies.Kind, f func(context.Context) error) error {
 		cctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
 		defer cancel()
 		if err := f(cctx); err != nil {
-			return fmt.Errorf("plugin %q: self-test: %s: %w", p.opts.Name, kind, err)
+			return fmt.Errorf("plugin %q: self-test: %s: %w", p.opts.Name, kind, policies.EscapeError(err))
 		}
 		return nil
 	}

@@ -10,8 +10,10 @@ import (
 
 // isolate puts the plugin in a process group of its own, so a terminal's
 // SIGINT does not reach it (the host decides when it stops) and a kill
-// takes any children it started with it; otherwise a child holding the
-// plugin's stdout or stderr open would keep go-plugin waiting.
+// takes the children that stayed in its group with it; otherwise a child
+// holding the plugin's stdout or stderr open would keep go-plugin waiting.
+// Children that left the group (setsid, setpgid) are found and killed
+// through /proc on Linux (see Plugin.stop).
 func isolate(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	dieWithParent(cmd.SysProcAttr)

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordhost/coordhost/plugins/sdk"
+	"github.com/coordhost/coordhost/plugins/sdk/proctree"
 	"github.com/coordhost/coordhost/plugins/sdk/proto/policyv1"
 	"github.com/coordhost/coordhost/policies"
 )
@@ -34,6 +35,7 @@ type proc struct {
 	api     *sdk.Client
 	run     *procRunner
 	kill    context.CancelFunc // SIGKILLs the process group (exec.CommandContext)
+	tree    *proctree.Tree     // the processes the plugin started (see stop)
 	pid     int
 	started time.Time
 }
@@ -160,11 +162,19 @@ func (p *Plugin) start(ctx context.Context) (*proc, error) {
 		},
 	})
 	fail := func(what string, err error) (*proc, error) {
+		if run != nil {
+			if pid := int(run.pid.Load()); pid != 0 {
+				proctree.New(pid).Kill() // what it started, e.g. while configuring
+			}
+		}
 		kill()
 		client.Kill()
 		if errors.Is(err, ErrChecksum) {
 			return nil, err
 		}
+		// The error may carry the plugin's own text (a gRPC status message,
+		// a line it printed instead of the handshake): escape it.
+		err = policies.EscapeError(err)
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 			// ctx killed the process; say so rather than only "exited".
 			return nil, fmt.Errorf("plugin %q: %s: %w (%w)", p.opts.Name, what, cause, err)
@@ -205,6 +215,8 @@ func (p *Plugin) start(ctx context.Context) (*proc, error) {
 	}
 	pr := &proc{client: client, api: api, run: run, kill: kill, started: time.Now()}
 	pr.pid = int(run.pid.Load())
+	pr.tree = proctree.New(pr.pid)
+	pr.tree.Refresh() // e.g. helpers started by Configure
 	if p.kinds == nil {
 		p.kinds = kinds
 	}
@@ -230,10 +242,23 @@ func decodeKinds(in []policyv1.Kind) ([]policies.Kind, error) {
 	return out, nil
 }
 
-// stop ends a process. graceful asks it to exit (go-plugin's Shutdown) and
-// kills it after closeGrace; otherwise it is killed at once. Either way,
-// go-plugin's goroutines and socket directory are gone when stop returns.
+// stop ends a process and every process it started. graceful asks it to
+// exit (go-plugin's Shutdown) and kills it after closeGrace; otherwise it
+// is killed at once. Either way, go-plugin's goroutines and socket
+// directory are gone when stop returns.
+//
+// What the plugin started dies first, while the plugin still runs: a
+// plugin built with plugins/sdk is a child subreaper on Linux, so
+// everything it started, however detached (setsid, setpgid, a double
+// fork), is still below it in /proc. pr.tree stops those processes
+// (SIGSTOP, until no new one appears) and kills them (SIGKILL); so it does
+// with every process it saw below the plugin earlier (at start, at every
+// health tick) that was reparented away since (a plugin that crashed, or
+// one not built with the SDK). After the plugin has gone, a second pass
+// catches what it started while shutting down, if seen. The process group
+// kill (isolate) remains for platforms without /proc.
 func (p *Plugin) stop(pr *proc, graceful bool) {
+	pr.tree.Kill()
 	if graceful {
 		t := time.AfterFunc(closeGrace, pr.kill)
 		defer t.Stop()
@@ -242,6 +267,7 @@ func (p *Plugin) stop(pr *proc, graceful bool) {
 	}
 	pr.client.Kill()
 	pr.kill()
+	pr.tree.Kill()
 }
 
 // ping runs one gRPC health check against the process.
@@ -294,6 +320,7 @@ func (p *Plugin) supervise(cur *proc) {
 					why = fmt.Errorf("process exited: %s", st)
 				}
 			case <-tick.C:
+				cur.tree.Refresh() // remember what it started, should it die
 				why = p.ping(p.stopping, cur)
 			case <-p.kick:
 				why = p.ping(p.stopping, cur)
@@ -305,7 +332,7 @@ func (p *Plugin) supervise(cur *proc) {
 			p.stop(cur, true)
 			return
 		}
-		log.Warn("policy plugin down; decisions fall back until it is restarted", "pid", cur.pid, "err", why)
+		log.Warn("policy plugin down; decisions fall back until it is restarted", "pid", cur.pid, "err", policies.EscapeError(why))
 		if time.Since(cur.started) >= p.opts.RestartBackoffMax {
 			attempt = 0
 		}

@@ -113,7 +113,7 @@ func warm(b *testing.B, m *Module) {
 	b.Helper()
 	var ins []*instance
 	for range m.MaxInstances() {
-		in, err := m.acquire()
+		in, err := m.acquire(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/coordhost/coordhost/policies"
 )
 
 // This file reads just enough of the WebAssembly binary format to refuse
@@ -84,7 +86,8 @@ func (i importRef) String() string {
 	if int(i.kind) < len(kinds) {
 		k = kinds[i.kind]
 	}
-	return fmt.Sprintf("%s.%s (%s)", i.module, i.name, k)
+	// The names come from the module: escape them.
+	return fmt.Sprintf("%s.%s (%s)", policies.EscapeText(i.module), policies.EscapeText(i.name), k)
 }
 
 // prepareBinary checks the import and memory sections of bin and returns

@@ -85,3 +85,21 @@ func TestPrepareBinaryImports(t *testing.T) {
 		t.Errorf("truncated import: %v", err)
 	}
 }
+
+func TestImportNamesAreEscaped(t *testing.T) {
+	name := func(s string) []byte { return append(appendU32(nil, uint32(len(s))), s...) }
+	for _, kind := range []byte{0, 2} { // a function of a forbidden module, a memory
+		sec := []byte{secImport}
+		sec = appendU32(sec, 1)
+		sec = append(sec, name("\x1b[2Jevil")...)
+		sec = append(sec, name("f\nlock acquired")...)
+		sec = append(sec, kind, 0, 1) // type index 0 / memory limits {min 1}
+		_, err := prepareBinary("m", module(sec), 10)
+		if !errors.Is(err, ErrImport) {
+			t.Fatalf("kind %d: %v", kind, err)
+		}
+		if bytes.ContainsAny([]byte(err.Error()), "\x1b\n") || !bytes.Contains([]byte(err.Error()), []byte(`\x1b[2Jevil.f\nlock acquired`)) {
+			t.Errorf("kind %d: %q", kind, err)
+		}
+	}
+}

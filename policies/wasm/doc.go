@@ -11,6 +11,9 @@
 //
 // # The coordpol v1 ABI
 //
+// plugins/sdk/guest/README.md is the reference for module authors; this is
+// the host's summary.
+//
 // Every module exports
 //
 //	memory                            its own linear memory (imported memory is refused)
@@ -81,7 +84,21 @@
 // _start) is refused too: build Go policies with -buildmode=c-shared; their
 // _initialize export runs once per instance.
 //
-// # Deadlines
+// # Checking a module without running it
+//
+// Check (and Runtime.Check) runs everything Load does before it
+// instantiates a module, in the same code: the options, the binary's
+// imports and memory, compilation, the exports and their signatures.
+// Where the module's code makes them constants (`i32.const N`, or
+// `global.get` of an immutable global initialised with one), it also
+// checks the values Load gets by calling the exports: policy_abi_version
+// must return 1, the I/O area must lie in the initial memory (unless a
+// start function or _initialize runs first) and the config must fit it.
+// CheckResult.Unchecked lists what only running the module can tell (a Go
+// module's ABI version, policy_configure's verdict). `coordhost validate`
+// runs it through the host.
+//
+// # Deadlines and cancellation
 //
 // Every call has a deadline of ModuleOptions.CallTimeout (default 50 ms),
 // enforced by wazero's WithCloseOnContextDone: the call ends with an error
@@ -89,9 +106,45 @@
 // context and one timer, re-armed per call, so the deadline allocates
 // nothing of its own; but a runtime with WithCloseOnContextDone starts a
 // watchdog goroutine for every call (about 1 µs and 3 allocations) and
-// adds termination checks to the compiled code. A module loaded with
-// CallTimeout = NoCallTimeout runs on a second wazero runtime without
-// them: a call allocates nothing and costs about 150–200 ns, but a call
-// that never returns cannot be stopped. Use it only for trusted, tested
-// modules.
+// adds termination checks to the compiled code.
+//
+// The caller's context stops a call too: when it can end (its Done channel
+// is not nil), the call links it to the instance's context with
+// context.AfterFunc (an allocation or two), so a cancelled acquisition
+// stops a running call at once; a context that cannot end
+// (context.Background) costs nothing. A context that ended before the call
+// (or while it waited for an instance) skips the module. Either way the
+// outcome is OutcomeCanceled: retry and starvation answer from their
+// fallback (which the caller ignores), partition fails with an error
+// wrapping policies.ErrPartition and the context's error; the circuit
+// breaker does not count it.
+//
+// A module loaded with CallTimeout = NoCallTimeout runs on a second wazero
+// runtime without termination checks: a call allocates nothing and costs
+// about 150–200 ns, but a call that never returns cannot be stopped, by
+// its deadline (there is none) or by its caller. Such a module checks the
+// caller's context only before a call: a call that has started runs to
+// its end. Use it only for trusted, tested modules that answer in
+// nanoseconds; configuration files cannot select it.
+//
+// # Memory
+//
+// An instance's memory is capped at ModuleOptions.MemoryPages
+// (default DefaultMemoryLimitPages, 512 pages of 64 KiB = 32 MiB, whatever
+// the Runtime's own limit): Load rewrites the module's memory maximum, so
+// memory.grow beyond it returns -1. A memory.grow is one Go allocation and
+// copy that a deadline cannot interrupt, which the cap bounds (a few
+// milliseconds at 32 MiB); once a call's deadline has fired or its caller
+// has gone, every further memory.grow of that instance fails at once, so a
+// module growing in a loop stops allocating before its next termination
+// check ends it.
+//
+// # Untrusted text
+//
+// Everything a module says is escaped before it reaches an error or a log
+// (policies.EscapeText, policies.QuoteText): refusal and configure
+// messages are quoted in errors, policy_host.log lines and standard output
+// and error lines are escaped log messages, and wazero's trap errors (which
+// carry the module's own function names) are escaped; all are cut at
+// policies.MaxTextLen bytes.
 package wasm

@@ -6,17 +6,18 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero/api"
+
+	"github.com/coordhost/coordhost/policies"
 )
 
 // Guest logging limits.
 const (
-	maxLogLine      = 1024 // bytes per message or output line
-	logLinesPerSec  = 100  // per instance
+	maxLogLine      = policies.MaxTextLen // bytes per message or output line
+	logLinesPerSec  = 100                 // per instance
 	logWindow       = time.Second
-	truncatedSuffix = "…(truncated)"
+	truncatedSuffix = "…(truncated)" // what policies.EscapeText appends
 )
 
 // infoKey is the context key under which calls carry their instance's
@@ -50,17 +51,11 @@ func (in *instInfo) emit(level slog.Level, msg string, attrs ...slog.Attr) {
 	in.logger.LogAttrs(context.Background(), level, clean(msg), attrs...)
 }
 
-// clean makes guest bytes a printable, bounded log message.
+// clean makes guest bytes a printable, bounded log message: at most
+// maxLogLine bytes, every control character (ANSI escapes, newlines) and
+// invalid UTF-8 escaped (policies.EscapeText).
 func clean(s string) string {
-	cut := len(s) > maxLogLine
-	if cut {
-		s = s[:maxLogLine]
-	}
-	s = strings.ToValidUTF8(strings.TrimRight(s, "\r\n"), string(utf8.RuneError))
-	if cut {
-		s += truncatedSuffix
-	}
-	return s
+	return policies.EscapeText(strings.TrimRight(s, "\r\n"))
 }
 
 // hostLog implements policy_host.log(ptr, len).

@@ -44,9 +44,13 @@ type ModuleOptions struct {
 	// Name names the module in errors, logs and CallInfo; "" means
 	// DefaultName.
 	Name string
-	// MemoryPages caps each instance's memory in 64 KiB pages; 0 means the
-	// Runtime's MemoryLimitPages, which it may not exceed. A module whose
-	// initial memory is larger is refused; growing beyond it fails the call.
+	// MemoryPages caps each instance's memory in 64 KiB pages; 0 means
+	// DefaultMemoryLimitPages (512 pages, 32 MiB), or the Runtime's
+	// MemoryLimitPages when that is lower. It may not exceed the Runtime's
+	// MemoryLimitPages. A module whose initial memory is larger is refused;
+	// beyond it, memory.grow returns -1 (and a module that then traps fails
+	// the call). Once a call's deadline has passed or its caller's context
+	// has ended, memory.grow fails too (see linearMemory).
 	MemoryPages uint32
 	// CallTimeout is the deadline of each call: 0 means DefaultCallTimeout,
 	// NoCallTimeout means none (see the package documentation); other
@@ -128,18 +132,100 @@ func checkSig(what string, def api.FunctionDefinition, want signature) error {
 }
 
 // Load compiles wasm (or finds it in the compilation cache), checks it
-// against the coordpol v1 ABI without instantiating it, then creates and
-// configures one instance to check the ABI version, the I/O area and the
-// config. The returned Module must be closed. Errors wrap
-// ErrInvalidOptions, ErrImport, ErrABI, ErrMemory, ErrClosed, or ErrCall
-// when the first instance fails to start (e.g. a Go runtime that runs out
-// of memory: its standard error is logged), or come from the compiler.
+// against the coordpol v1 ABI without instantiating it (exactly as Check
+// does), then creates and configures one instance to check the ABI
+// version, the I/O area and the config. The returned Module must be
+// closed. Errors wrap ErrInvalidOptions, ErrImport, ErrABI, ErrMemory,
+// ErrClosed, or ErrCall when the first instance fails to start (e.g. a Go
+// runtime that runs out of memory: its standard error is logged), or come
+// from the compiler.
 func (r *Runtime) Load(ctx context.Context, wasm []byte, o ModuleOptions) (*Module, error) {
+	c, err := r.check(ctx, wasm, &o)
+	if err != nil {
+		return nil, err
+	}
+	m := newModule(r, c.eng, c.compiled, c.result.Kinds, o)
+	if err := r.add(m); err != nil {
+		_ = c.compiled.Close(ctx)
+		return nil, err
+	}
+	// Create the first instance now, so a bad ABI version or config fails
+	// Load; it waits in the pool for the first call.
+	<-m.tokens
+	in, err := m.newInstance(ctx)
+	if err != nil {
+		m.tokens <- struct{}{}
+		_ = m.Close(ctx)
+		return nil, err
+	}
+	m.release(in)
+	return m, nil
+}
+
+// CheckResult describes a module that passed Check.
+type CheckResult struct {
+	// Kinds are the policy kinds the module implements, in the order
+	// retry, partition, starvation.
+	Kinds []policies.Kind
+	// Unchecked names what only instantiating the module (running its
+	// code) can tell, and Check therefore left out: e.g. the value of
+	// policy_abi_version when its body is not a constant (as in a Go
+	// module), the I/O area when a start function or _initialize may grow
+	// the memory first, and whether policy_configure accepts the config.
+	Unchecked []string
+}
+
+// Check compiles wasm (or finds it in the compilation cache) and checks it
+// exactly as Load does before it instantiates anything, without
+// instantiating it or running any of its code: the options, the imports
+// (modules, names, kinds, signatures), the exports and their signatures,
+// the memory (its own, one, not shared, the initial size within
+// o.MemoryPages) and which kinds it implements. Where the module's code
+// makes them constants it also checks, as Load would only by running it,
+// that policy_abi_version returns 1, that the I/O area lies within the
+// initial memory and that o.Config fits it. Errors are those of Load
+// (ErrInvalidOptions, ErrImport, ErrABI, ErrMemory, ErrClosed, or the
+// compiler's); module text in them is escaped.
+func (r *Runtime) Check(ctx context.Context, wasm []byte, o ModuleOptions) (CheckResult, error) {
+	c, err := r.check(ctx, wasm, &o)
+	if err != nil {
+		return CheckResult{}, err
+	}
+	_ = c.compiled.Close(ctx)
+	return c.result, nil
+}
+
+// Check checks wasm as Runtime.Check does, on a Runtime of its own with
+// the largest memory limit (so that o.MemoryPages may ask for any size) and
+// no disk cache. A program that checks several modules or loads them
+// later should use one Runtime (with a CacheDir) instead.
+func Check(ctx context.Context, wasm []byte, o ModuleOptions) (CheckResult, error) {
+	r, err := NewRuntime(ctx, RuntimeOptions{MemoryLimitPages: MaxMemoryLimitPages})
+	if err != nil {
+		return CheckResult{}, err
+	}
+	defer r.Close(ctx)
+	return r.Check(ctx, wasm, o)
+}
+
+// checked is a module that passed check.
+type checked struct {
+	eng      *engine
+	compiled wazero.CompiledModule // the caller closes it
+	result   CheckResult
+}
+
+// check applies the defaults to *o and validates it, prepares, compiles
+// and checks wasm: everything Load does before it instantiates the module.
+func (r *Runtime) check(ctx context.Context, wasm []byte, o *ModuleOptions) (*checked, error) {
 	if o.Name == "" {
 		o.Name = DefaultName
 	}
 	if o.MemoryPages == 0 {
-		o.MemoryPages = r.limitPages
+		// The documented default, whatever the runtime allows: a host
+		// whose runtime allows 4 GiB (so that memory_pages may ask for it)
+		// still gives a module without limits 32 MiB.
+		o.MemoryPages = min(DefaultMemoryLimitPages, r.limitPages)
 	}
 	switch {
 	case o.MemoryPages > r.limitPages:
@@ -179,29 +265,54 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte, o ModuleOptions) (*Modu
 	// thousands); a cache hit skips this.
 	compiled, err := e.rt.CompileModule(experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0)), bin)
 	if err != nil {
-		return nil, fmt.Errorf("wasm: module %q: compile: %w", o.Name, err)
+		return nil, fmt.Errorf("wasm: module %q: compile: %w", o.Name, policies.EscapeError(err))
 	}
 	kinds, err := checkModule(o.Name, e, compiled)
-	if err != nil {
-		_ = compiled.Close(ctx)
-		return nil, err
+	if err == nil {
+		var unchecked []string
+		unchecked, err = checkStatic(o.Name, bin, compiled, len(o.Config))
+		if err == nil {
+			return &checked{eng: e, compiled: compiled, result: CheckResult{Kinds: kinds, Unchecked: unchecked}}, nil
+		}
 	}
-	m := newModule(r, e, compiled, kinds, o)
-	if err := r.add(m); err != nil {
-		_ = compiled.Close(ctx)
-		return nil, err
+	_ = compiled.Close(ctx)
+	return nil, err
+}
+
+// checkStatic checks what the module's code makes constant: the ABI
+// version, the I/O area against the initial memory (when no start
+// function or _initialize runs first) and the config's size against the
+// I/O area. It returns what it could not check. The messages are those of
+// the checks Load makes by calling the exports (setup).
+func checkStatic(name string, bin []byte, c wazero.CompiledModule, configLen int) ([]string, error) {
+	l := staticLayout(bin)
+	exports := c.ExportedFunctions()
+	value := func(export string) (uint32, bool) {
+		v, ok := l.constResult(exports[export].Index())
+		return uint32(v), ok
 	}
-	// Create the first instance now, so a bad ABI version or config fails
-	// Load; it waits in the pool for the first call.
-	<-m.tokens
-	in, err := m.newInstance(ctx)
-	if err != nil {
-		m.tokens <- struct{}{}
-		_ = m.Close(ctx)
-		return nil, err
+	var unchecked []string
+	if v, ok := value("policy_abi_version"); !ok {
+		unchecked = append(unchecked, "the ABI version (policy_abi_version is not a constant)")
+	} else if v != 1 {
+		return nil, loadErr(ErrABI, name, "policy_abi_version returned %d, want 1", int32(v))
 	}
-	m.release(in)
-	return m, nil
+	ptr, okPtr := value("policy_io_ptr")
+	ioCap, okCap := value("policy_io_cap")
+	_, initialize := exports["_initialize"]
+	switch {
+	case !okPtr || !okCap:
+		unchecked = append(unchecked, "the I/O area (policy_io_ptr or policy_io_cap is not a constant)")
+	case l.start || initialize || !l.hasMemory:
+		unchecked = append(unchecked, "the I/O area (a start function or _initialize may grow the memory first)")
+	case uint64(ptr)+uint64(ioCap) > uint64(l.minPages)*65536:
+		return nil, loadErr(ErrABI, name, "I/O area [%d, +%d) outside memory (%d bytes before any code runs)", ptr, ioCap, uint64(l.minPages)*65536)
+	}
+	if okCap && configLen > int(ioCap) {
+		return nil, loadErr(ErrABI, name, "config of %d bytes does not fit the I/O area of %d bytes", configLen, ioCap)
+	}
+	unchecked = append(unchecked, "whether policy_configure accepts the config")
+	return unchecked, nil
 }
 
 // checkModule checks imports and exports of a compiled module and returns
@@ -216,7 +327,7 @@ func checkModule(name string, e *engine, c wazero.CompiledModule) ([]policies.Ki
 		}
 		want, ok := allowed[fn]
 		if !ok {
-			return nil, loadErr(ErrImport, name, "%s: %s has no function %q", ref, mod, fn)
+			return nil, loadErr(ErrImport, name, "%s: %s has no function %s", ref, mod, policies.QuoteText(fn))
 		}
 		if err := checkSig("import "+ref.String(), def, signature{want.ParamTypes(), want.ResultTypes()}); err != nil {
 			return nil, loadErr(ErrImport, name, "%v", err)

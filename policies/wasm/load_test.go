@@ -37,7 +37,7 @@ func TestLoadRefusesBadModules(t *testing.T) {
 		{file: "bad_ioarea", want: ErrABI, msg: "I/O area [65000, +1024) outside memory"},
 		{file: "bad_nomem", want: ErrABI, msg: `no memory exported as "memory"`},
 		{file: "bigmem", opts: ModuleOptions{MemoryPages: 16}, want: ErrMemory, msg: "initial memory of 64 pages is above the limit of 16 pages"},
-		{file: "echo", opts: ModuleOptions{Config: []byte("F!")}, want: ErrABI, msg: "policy_configure returned -11: bad config"},
+		{file: "echo", opts: ModuleOptions{Config: []byte("F!")}, want: ErrABI, msg: `policy_configure returned -11: "bad config"`},
 		{file: "echo", opts: ModuleOptions{Config: make([]byte, 8193)}, want: ErrABI, msg: "config of 8193 bytes does not fit the I/O area of 8192 bytes"},
 		{file: "echo", opts: ModuleOptions{CallTimeout: -2}, want: ErrInvalidOptions, msg: "negative CallTimeout"},
 		{file: "echo", opts: ModuleOptions{CircuitCooldown: -1}, want: ErrInvalidOptions, msg: "negative CircuitCooldown"},

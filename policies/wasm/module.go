@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/coordhost/coordhost/policies"
@@ -98,10 +99,12 @@ type instance struct {
 	ctx  context.Context // carries info for the host functions
 	info *instInfo
 	// With a deadline, ctx is cancelled by timer, which each call arms for
-	// CallTimeout and stops: no context or timer is allocated per call.
-	// Once it fired, ctx stays cancelled and the instance is discarded.
+	// CallTimeout and stops, or by the caller's context (see invoke): no
+	// context or timer is allocated per call. Once it fired, ctx stays
+	// cancelled and the instance is discarded.
 	timer  *time.Timer
 	cancel context.CancelFunc
+	lm     *linearMemory // the instance's memory (refuses to grow once ctx is done)
 	retry  api.Function
 	starv  api.Function
 	part   api.Function
@@ -122,19 +125,21 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStderr(stderr)
 	ictx, cancel := context.WithTimeout(context.WithValue(ctx, infoKey{}, info), instantiateTimeout)
 	defer cancel()
-	mod, err := m.eng.rt.InstantiateModule(ictx, m.compiled, cfg)
+	alloc := &memoryAllocator{}
+	mod, err := m.eng.rt.InstantiateModule(experimental.WithMemoryAllocator(ictx, alloc), m.compiled, cfg)
 	if err != nil {
 		hint := ""
 		if stderr.wrote {
 			hint = " (the module's standard error is in the log)"
 		}
-		return nil, fmt.Errorf("%w: module %q: instantiate: %w%s", ErrCall, m.name, err, hint)
+		return nil, fmt.Errorf("%w: module %q: instantiate: %w%s", ErrCall, m.name, policies.EscapeError(err), hint)
 	}
 	in := &instance{
 		mod:  mod,
 		mem:  mod.ExportedMemory("memory"),
 		ctx:  context.WithValue(context.Background(), infoKey{}, info),
 		info: info,
+		lm:   alloc.mem,
 	}
 	if err := m.setup(ictx, in); err != nil {
 		_ = mod.Close(context.Background())
@@ -144,6 +149,9 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		in.ctx, in.cancel = context.WithCancel(in.ctx)
 		in.timer = time.AfterFunc(time.Hour, in.cancel)
 		in.timer.Stop()
+		if in.lm != nil {
+			in.lm.done = in.ctx.Done()
+		}
 	}
 	m.st.created.Add(1)
 	live := m.st.live.Add(1)
@@ -162,7 +170,7 @@ func (m *Module) setup(ctx context.Context, in *instance) error {
 	call0 := func(name string) (uint32, error) {
 		s := in.stack[:1]
 		if err := in.mod.ExportedFunction(name).CallWithStack(ctx, s); err != nil {
-			return 0, fmt.Errorf("%w: module %q: %s: %w", ErrCall, m.name, name, err)
+			return 0, fmt.Errorf("%w: module %q: %s: %w", ErrCall, m.name, name, policies.EscapeError(err))
 		}
 		return uint32(s[0]), nil
 	}
@@ -191,12 +199,12 @@ func (m *Module) setup(ctx context.Context, in *instance) error {
 	s := in.stack[:1]
 	s[0] = api.EncodeI32(int32(len(m.config)))
 	if err := in.mod.ExportedFunction("policy_configure").CallWithStack(ctx, s); err != nil {
-		return fmt.Errorf("%w: module %q: policy_configure: %w", ErrCall, m.name, err)
+		return fmt.Errorf("%w: module %q: policy_configure: %w", ErrCall, m.name, policies.EscapeError(err))
 	}
 	if rc := int32(s[0]); rc != 0 {
 		msg := ""
 		if rc < 0 {
-			msg = ": " + in.message(-int64(rc)-1)
+			msg = ": " + policies.QuoteText(in.message(-int64(rc)-1))
 		}
 		return loadErr(ErrABI, m.name, "policy_configure returned %d%s", rc, msg)
 	}
@@ -207,9 +215,10 @@ func (m *Module) setup(ctx context.Context, in *instance) error {
 }
 
 // message reads an n-byte message from the I/O area, truncated to the
-// area and to maxLogLine.
+// area and to policies.MaxTextLen+1 bytes (so that QuoteText marks the cut).
+// The text is raw: quote it (policies.QuoteText) before printing it.
 func (in *instance) message(n int64) string {
-	n = min(n, int64(in.ioCap), maxLogLine)
+	n = min(n, int64(in.ioCap), policies.MaxTextLen+1)
 	b, ok := in.mem.Read(in.ioPtr, uint32(n))
 	if !ok {
 		return "(message outside memory)"
@@ -218,8 +227,8 @@ func (in *instance) message(n int64) string {
 }
 
 // acquire takes an idle instance, or creates one if the pool has room, or
-// waits for one.
-func (m *Module) acquire() (*instance, error) {
+// waits for one until ctx ends (then it returns ctx's error).
+func (m *Module) acquire(ctx context.Context) (*instance, error) {
 	select {
 	case in := <-m.idle:
 		return in, nil
@@ -233,15 +242,20 @@ func (m *Module) acquire() (*instance, error) {
 			m.tokens <- struct{}{}
 			return nil, ErrClosed
 		}
-		in, err := m.newInstance(context.Background())
+		in, err := m.newInstance(ctx)
 		if err != nil {
 			m.tokens <- struct{}{}
+			if ctx.Err() != nil {
+				return nil, ctx.Err() // the caller gave up; no fault of the module
+			}
 			m.logger.Warn("wasm policy: cannot create an instance", slog.Any("error", err))
 			return nil, err
 		}
 		return in, nil
 	case <-m.done:
 		return nil, ErrClosed
+	case <-ctx.Done(): // nil (never ready) for a context that cannot end
+		return nil, ctx.Err()
 	}
 }
 
@@ -294,16 +308,34 @@ func (m *Module) Close(ctx context.Context) error {
 	return m.compiled.Close(ctx)
 }
 
-// invoke calls fn on in with the module's deadline. stack holds the
-// parameters and receives the result.
-func (m *Module) invoke(in *instance, fn api.Function, stack []uint64) error {
+// invoke calls fn on in with the module's deadline, cut short when ctx
+// ends. stack holds the parameters and receives the result.
+//
+// The instance's own context in.ctx carries the deadline: the call arms
+// in.timer, which cancels in.ctx. When the caller's ctx can end (Done is
+// not nil), context.AfterFunc links it to in.ctx for the length of the
+// call, so cancelling ctx stops the call at once (wazero closes the
+// instance, which is then discarded); that link costs an allocation or
+// two, and a context that cannot end (context.Background) costs nothing.
+// On the uninterruptible runtime (NoCallTimeout) ctx is only checked
+// before the call, by the caller.
+func (m *Module) invoke(ctx context.Context, in *instance, fn api.Function, stack []uint64) error {
 	var err error
 	if in.timer != nil {
+		var unlink func() bool
+		if ctx.Done() != nil {
+			unlink = context.AfterFunc(ctx, in.cancel)
+		}
 		in.timer.Reset(m.timeout)
 		err = fn.CallWithStack(in.ctx, stack)
-		if !in.timer.Stop() && err == nil {
-			// The deadline fired as the call returned: in.ctx is cancelled
-			// for good, so the instance must go.
+		fired := !in.timer.Stop()
+		if unlink != nil && !unlink() {
+			fired = true
+		}
+		if fired && err == nil {
+			// The deadline or the caller's cancellation fired as the call
+			// returned: in.ctx is cancelled for good, so the instance must
+			// go.
 			err = errDeadline
 		}
 	} else {
@@ -369,12 +401,17 @@ func (m *Module) finish(kind policies.Kind, start time.Time, o Outcome, err erro
 	}
 }
 
-// run takes an instance, calls fn with stack and puts the instance back or
-// discards it. It returns the outcome (OutcomeOK or a failure).
-func (m *Module) run(in *instance, fn api.Function, stack []uint64) (Outcome, error) {
-	if err := m.invoke(in, fn, stack); err != nil {
+// run calls fn on in with stack; after an error it discards in. It
+// returns the outcome: OutcomeOK, OutcomeCanceled when ctx ended (whatever
+// the call's error: the caller gave up, the module is not to blame) or a
+// failure.
+func (m *Module) run(ctx context.Context, in *instance, fn api.Function, stack []uint64) (Outcome, error) {
+	if err := m.invoke(ctx, in, fn, stack); err != nil {
 		m.discard(in)
-		return classify(err), fmt.Errorf("%w: module %q: %w", ErrCall, m.name, err)
+		if ctx.Err() != nil {
+			return OutcomeCanceled, fmt.Errorf("wasm: module %q: call stopped: %w", m.name, ctx.Err())
+		}
+		return classify(err), fmt.Errorf("%w: module %q: %w", ErrCall, m.name, policies.EscapeError(err))
 	}
 	return OutcomeOK, nil
 }
@@ -402,6 +439,11 @@ const (
 	OutcomeCircuitOpen
 	// OutcomeClosed: the module was closed; it was not called.
 	OutcomeClosed
+	// OutcomeCanceled: the caller's context ended before or during the
+	// call, which was then stopped; the answer came from the fallback (or
+	// partition failed with the context's error). Not a failure of the
+	// module: the circuit breaker does not count it.
+	OutcomeCanceled
 	numOutcomes
 )
 
@@ -424,6 +466,8 @@ func (o Outcome) String() string {
 		return "circuit_open"
 	case OutcomeClosed:
 		return "closed"
+	case OutcomeCanceled:
+		return "canceled"
 	}
 	return "unknown"
 }
@@ -464,7 +508,8 @@ type Stats struct {
 	Timeouts    uint64
 	BadResults  uint64
 	Unavailable uint64 // no instance could be created
-	Fallbacks   uint64 // answers not from the module (failures, circuit open, closed)
+	Canceled    uint64 // calls whose caller's context ended first (not failures)
+	Fallbacks   uint64 // answers not from the module (failures, circuit open, closed, canceled)
 	// Latency is the sum of the calls' durations (see CallInfo.Duration).
 	Latency time.Duration
 
@@ -501,7 +546,8 @@ func (m *Module) Stats() Stats {
 	s.OK, s.Refused = n[OutcomeOK], n[OutcomeRefused]
 	s.Traps, s.Timeouts, s.BadResults, s.Unavailable = n[OutcomeTrap], n[OutcomeTimeout], n[OutcomeBadResult], n[OutcomeUnavailable]
 	s.Failures = s.Traps + s.Timeouts + s.BadResults + s.Unavailable
-	s.Fallbacks = s.Failures + n[OutcomeCircuitOpen] + n[OutcomeClosed]
+	s.Canceled = n[OutcomeCanceled]
+	s.Fallbacks = s.Failures + n[OutcomeCircuitOpen] + n[OutcomeClosed] + n[OutcomeCanceled]
 	s.Latency = time.Duration(m.st.latencyNanos.Load())
 	s.Instances = int(m.st.live.Load())
 	s.PeakInstances = int(m.st.peak.Load())

@@ -21,7 +21,8 @@ const MaxDelayMS = math.MaxInt64 / int64(time.Millisecond)
 // Retry returns the module's retry policy, or nil when the module does not
 // export retry_decide. On a failure (trap, deadline, bad result, no
 // instance), while the circuit is open and after Close, DecideRetry answers
-// with ModuleOptions.FallbackRetry.
+// with ModuleOptions.FallbackRetry; so it does when ctx ends before or
+// during the call, which then stops at once (see Module).
 func (m *Module) Retry() policies.RetryPolicy {
 	if !m.has(policies.KindRetry) {
 		return nil
@@ -31,7 +32,8 @@ func (m *Module) Retry() policies.RetryPolicy {
 
 // Starvation returns the module's starvation policy, or nil when the
 // module does not export starvation_bound. On failure it answers with
-// ModuleOptions.FallbackStarvation (default: strict writer preference).
+// ModuleOptions.FallbackStarvation (default: strict writer preference), as
+// it does when ctx ends before or during the call.
 func (m *Module) Starvation() policies.StarvationPolicy {
 	if !m.has(policies.KindStarvation) {
 		return nil
@@ -42,8 +44,10 @@ func (m *Module) Starvation() policies.StarvationPolicy {
 // Partition returns the module's partition policy, or nil when the module
 // does not export partition_key. Every error it returns wraps
 // policies.ErrPartition: the module's own refusal (with its message), a
-// failure (also wrapping ErrCall), an open circuit (ErrCircuitOpen), or
-// ErrClosed. It never guesses a key.
+// failure (also wrapping ErrCall), an open circuit (ErrCircuitOpen),
+// ErrClosed, or ctx's error when ctx ended before or during the call. It
+// never guesses a key. The module's refusal message is quoted
+// (policies.QuoteText) in the error.
 func (m *Module) Partition() policies.PartitionPolicy {
 	if !m.has(policies.KindPartition) {
 		return nil
@@ -58,7 +62,7 @@ func (p retryPolicy) DecideRetry(ctx context.Context, r policies.RetryRequest) p
 	start := time.Now()
 	o := m.begin()
 	if o == OutcomeOK {
-		d, o2, err := m.callRetry(r)
+		d, o2, err := m.callRetry(ctx, r)
 		m.finish(policies.KindRetry, start, o2, err, false)
 		if o2 == OutcomeOK {
 			return d
@@ -79,7 +83,7 @@ func (p starvationPolicy) WriterBound(ctx context.Context, r policies.Starvation
 	start := time.Now()
 	o := m.begin()
 	if o == OutcomeOK {
-		d, o2, err := m.callStarvation(r)
+		d, o2, err := m.callStarvation(ctx, r)
 		m.finish(policies.KindStarvation, start, o2, err, false)
 		if o2 == OutcomeOK {
 			return d
@@ -107,7 +111,7 @@ func (p partitionPolicy) PartitionKey(ctx context.Context, r policies.PartitionR
 		m.finish(policies.KindPartition, start, o, nil, false)
 		return "", fmt.Errorf("%w: wasm module %q: %w", policies.ErrPartition, m.name, ErrCircuitOpen)
 	}
-	key, o, err := m.callPartition(r)
+	key, o, err := m.callPartition(ctx, r)
 	m.finish(policies.KindPartition, start, o, err, false)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", policies.ErrPartition, err)
@@ -116,11 +120,17 @@ func (p partitionPolicy) PartitionKey(ctx context.Context, r policies.PartitionR
 }
 
 // acquireFor is acquire with the outcome of a failure to get an instance.
-func (m *Module) acquireFor() (*instance, Outcome, error) {
-	in, err := m.acquire()
+// A ctx that already ended gets OutcomeCanceled without an instance.
+func (m *Module) acquireFor(ctx context.Context) (*instance, Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, OutcomeCanceled, fmt.Errorf("wasm: module %q: not called: %w", m.name, err)
+	}
+	in, err := m.acquire(ctx)
 	switch {
 	case err == nil:
 		return in, OutcomeOK, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, OutcomeCanceled, fmt.Errorf("wasm: module %q: not called: %w", m.name, err)
 	case errors.Is(err, ErrClosed):
 		return nil, OutcomeClosed, fmt.Errorf("wasm: module %q: %w", m.name, err)
 	case errors.Is(err, ErrCall):
@@ -131,8 +141,8 @@ func (m *Module) acquireFor() (*instance, Outcome, error) {
 }
 
 // callRetry calls retry_decide.
-func (m *Module) callRetry(r policies.RetryRequest) (policies.RetryDecision, Outcome, error) {
-	in, o, err := m.acquireFor()
+func (m *Module) callRetry(ctx context.Context, r policies.RetryRequest) (policies.RetryDecision, Outcome, error) {
+	in, o, err := m.acquireFor(ctx)
 	if err != nil {
 		return policies.RetryDecision{}, o, err
 	}
@@ -142,7 +152,7 @@ func (m *Module) callRetry(r policies.RetryRequest) (policies.RetryDecision, Out
 	s[2] = api.EncodeI64(floorMS(r.Elapsed))
 	s[3] = api.EncodeI64(hintMS(r.HolderTTL))
 	s[4] = r.Rand
-	if o, err := m.run(in, in.retry, s); err != nil {
+	if o, err := m.run(ctx, in, in.retry, s); err != nil {
 		return policies.RetryDecision{}, o, err
 	}
 	v := int64(s[0])
@@ -185,8 +195,8 @@ func hintMS(d time.Duration) int64 {
 }
 
 // callStarvation calls starvation_bound.
-func (m *Module) callStarvation(r policies.StarvationRequest) (time.Duration, Outcome, error) {
-	in, o, err := m.acquireFor()
+func (m *Module) callStarvation(ctx context.Context, r policies.StarvationRequest) (time.Duration, Outcome, error) {
+	in, o, err := m.acquireFor(ctx)
 	if err != nil {
 		return 0, o, err
 	}
@@ -194,7 +204,7 @@ func (m *Module) callStarvation(r policies.StarvationRequest) (time.Duration, Ou
 	s[0] = api.EncodeI32(int32(min(max(r.Readers, 0), math.MaxInt32)))
 	s[1] = api.EncodeI32(int32(min(max(r.Writers, 0), math.MaxInt32)))
 	s[2] = api.EncodeI64(floorMS(r.OldestWriterWait))
-	if o, err := m.run(in, in.starv, s); err != nil {
+	if o, err := m.run(ctx, in, in.starv, s); err != nil {
 		return 0, o, err
 	}
 	m.release(in)
@@ -209,8 +219,8 @@ func (m *Module) callStarvation(r policies.StarvationRequest) (time.Duration, Ou
 // the key. Errors are the module's refusal (OutcomeRefused), a request too
 // large for the I/O area (OutcomeRefused too: the module is fine) or a
 // failure.
-func (m *Module) callPartition(r policies.PartitionRequest) (string, Outcome, error) {
-	in, o, err := m.acquireFor()
+func (m *Module) callPartition(ctx context.Context, r policies.PartitionRequest) (string, Outcome, error) {
+	in, o, err := m.acquireFor(ctx)
 	if err != nil {
 		return "", o, err
 	}
@@ -222,12 +232,12 @@ func (m *Module) callPartition(r policies.PartitionRequest) (string, Outcome, er
 	n, ok := encodePartition(buf, r, &in.keys)
 	if !ok {
 		m.release(in)
-		return "", OutcomeRefused, fmt.Errorf("wasm module %q: partition request of kind %q, name %q with %d attributes does not fit the I/O area of %d bytes",
-			m.name, r.Kind, r.Name, len(r.Attributes), in.ioCap)
+		return "", OutcomeRefused, fmt.Errorf("wasm module %q: partition request of kind %s, name %s with %d attributes does not fit the I/O area of %d bytes",
+			m.name, policies.QuoteText(r.Kind), policies.QuoteText(r.Name), len(r.Attributes), in.ioCap)
 	}
 	s := in.stack[:1]
 	s[0] = api.EncodeI32(int32(n))
-	if o, err := m.run(in, in.part, s); err != nil {
+	if o, err := m.run(ctx, in, in.part, s); err != nil {
 		return "", o, err
 	}
 	res := int32(s[0])
@@ -248,9 +258,9 @@ func (m *Module) callPartition(r policies.PartitionRequest) (string, Outcome, er
 		msg := in.message(int64(-res) - 1)
 		m.release(in)
 		if msg == "" {
-			msg = "no key"
+			return "", OutcomeRefused, fmt.Errorf("wasm module %q: refused (no message)", m.name)
 		}
-		return "", OutcomeRefused, fmt.Errorf("wasm module %q: %s", m.name, msg)
+		return "", OutcomeRefused, fmt.Errorf("wasm module %q: refused: %s", m.name, policies.QuoteText(msg))
 	}
 	m.discard(in)
 	return "", OutcomeBadResult, fmt.Errorf("%w: module %q: partition_key returned %d (I/O area of %d bytes)", ErrCall, m.name, res, in.ioCap)
@@ -295,8 +305,8 @@ func encodePartition(buf []byte, r policies.PartitionRequest, keys *[]string) (i
 // bypassing the circuit breaker and the fallbacks, and returns the
 // failures (wrapping ErrCall) or ErrClosed. A partition refusal is not a
 // failure: the sample request may lack the attributes the policy needs.
-// Each call is bounded by the module's CallTimeout; ctx is checked between
-// calls. The host runs it at load and reload.
+// Each call is bounded by the module's CallTimeout and stopped when ctx
+// ends (then the error wraps ctx's). The host runs it at load and reload.
 func (m *Module) SelfTest(ctx context.Context) error {
 	if m.closed.Load() {
 		return fmt.Errorf("wasm: module %q: %w", m.name, ErrClosed)
@@ -311,19 +321,19 @@ func (m *Module) SelfTest(ctx context.Context) error {
 		var err error
 		switch k {
 		case policies.KindRetry:
-			_, o, err = m.callRetry(policies.RetryRequest{
+			_, o, err = m.callRetry(ctx, policies.RetryRequest{
 				Attempt: 1, Reason: policies.ReasonContended, Elapsed: 3 * time.Millisecond,
 				HolderTTL: 250 * time.Millisecond, Rand: 0x9E3779B97F4A7C15,
 			})
 		case policies.KindStarvation:
-			_, o, err = m.callStarvation(policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: 5 * time.Millisecond})
+			_, o, err = m.callStarvation(ctx, policies.StarvationRequest{Readers: 2, Writers: 1, OldestWriterWait: 5 * time.Millisecond})
 		case policies.KindPartition:
-			_, o, err = m.callPartition(policies.PartitionRequest{
+			_, o, err = m.callPartition(ctx, policies.PartitionRequest{
 				Kind: "lock", Name: "selftest", Attributes: map[string]string{"tenant": "selftest", "route": "/"},
 			})
 		}
 		m.finish(k, start, o, err, true)
-		if o.Failure() || o == OutcomeClosed {
+		if o.Failure() || o == OutcomeClosed || o == OutcomeCanceled {
 			errs = append(errs, fmt.Errorf("self-test of %s: %w", k, err))
 		}
 	}

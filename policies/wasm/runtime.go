@@ -37,7 +37,10 @@ var (
 
 // Defaults of RuntimeOptions.
 const (
-	// DefaultMemoryLimitPages caps an instance's memory at 32 MiB.
+	// DefaultMemoryLimitPages caps an instance's memory at 32 MiB: the
+	// runtime's limit when RuntimeOptions.MemoryLimitPages is 0, and a
+	// module's when ModuleOptions.MemoryPages is 0 (whatever the runtime's
+	// limit, if that is not lower).
 	DefaultMemoryLimitPages = 512
 	// MaxMemoryLimitPages is the most WebAssembly (32-bit) can address, 4 GiB.
 	MaxMemoryLimitPages = 65536
@@ -58,7 +61,8 @@ type RuntimeOptions struct {
 	CacheDir string
 	// MemoryLimitPages caps every instance's linear memory, in 64 KiB
 	// pages: 0 means DefaultMemoryLimitPages; at most MaxMemoryLimitPages.
-	// ModuleOptions.MemoryPages may only lower it.
+	// It is the most ModuleOptions.MemoryPages may ask for, not what a
+	// module gets by default (DefaultMemoryLimitPages).
 	MemoryLimitPages uint32
 	// Logger receives the logs of modules loaded without a logger of their
 	// own. Nil discards them.

@@ -40,6 +40,10 @@
 //
 // # The coordpol v1 ABI
 //
+// README.md in this package's directory is the complete reference for
+// module authors in any language (encodings, limits, failures, fallbacks,
+// the load-time self-test); what follows is a summary.
+//
 // Exports every module has:
 //
 //	memory                            the module's own linear memory
