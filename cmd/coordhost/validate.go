@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/coordhost/coordhost/config"
+	"github.com/coordhost/coordhost/host"
 )
 
 // validateArgs is a parsed `validate` command line.
@@ -93,7 +94,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // dials anything or starts plugins), prints every diagnostic with its file,
 // line and snippet to stderr, and exits 1 if any is an error. A clean file
 // prints "FILE: OK" to stdout.
-func runValidate(_ context.Context, args []string, e *env) int {
+func runValidate(ctx context.Context, args []string, e *env) int {
 	va, err := parseValidateArgs(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return e.printHelp("validate")
@@ -102,6 +103,11 @@ func runValidate(_ context.Context, args []string, e *env) int {
 		return e.usageErrorFor("validate", "validate: %v", err)
 	}
 	cfg, diags := config.Load(va.file, va.load)
+	if !diags.HasErrors() {
+		// Compile every WASM module and check its ABI as serve's load
+		// does, without running any of its code.
+		diags = append(diags, host.CheckPolicies(ctx, cfg, host.CheckOptions{})...)
+	}
 	e.writeDiags(cfg.Files(), diags)
 	errs, warns := countDiags(diags)
 	if errs > 0 {

@@ -196,3 +196,57 @@ func TestValidateBadArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateCompilesModules: validate refuses a module that serve would
+// refuse (a forbidden import, a wrong ABI signature), naming the file and
+// line of its module attribute, and accepts a good one; it runs none of
+// the module's code.
+func TestValidateCompilesModules(t *testing.T) {
+	t.Parallel()
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	cfg := func(module string) string {
+		return `
+policy "retry" "custom" {
+  driver = "wasm"
+  module = "` + abs(module) + `"
+}
+
+lock "job" {
+  ttl   = "5s"
+  retry = policy.retry.custom
+}
+`
+	}
+	for _, tc := range []struct {
+		module string
+		ok     bool
+		want   string
+	}{
+		{"../../plugins/examples/wasm/gobackoff/gobackoff.wasm", true, ""},
+		{"../../plugins/examples/wasm/wat/constant.wasm", true, ""},
+		{"../../policies/wasm/testdata/bad_import.wasm", false, "line 4"},
+		{"../../policies/wasm/testdata/bad_sig.wasm", false, "line 4"},
+		{"../../policies/wasm/testdata/bad_memimport.wasm", false, "line 4"},
+	} {
+		t.Run(filepath.Base(tc.module), func(t *testing.T) {
+			te := newTestEnv(t, nil)
+			path := writeConfig(t, cfg(tc.module))
+			code := run(context.Background(), []string{"validate", path}, te.env)
+			if tc.ok {
+				if code != exitOK {
+					t.Fatalf("exit %d; stderr:\n%s", code, te.errOut)
+				}
+				return
+			}
+			if code != exitFailure || !strings.Contains(te.errOut.String(), tc.want) || !strings.Contains(te.errOut.String(), "Error:") {
+				t.Fatalf("exit %d, want %d and an error at %s; stderr:\n%s", code, exitFailure, tc.want, te.errOut)
+			}
+		})
+	}
+}
