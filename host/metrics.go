@@ -205,11 +205,16 @@ func (m *metrics) wasmObserver() wasm.Observer { return wasmObs{m} }
 type wasmObs struct{ m *metrics }
 
 // Outcomes: "ok", "refused" (partition policy said no), "failure" (the
-// module failed: trap, deadline, bad result) and "fallback" (the module was
-// not asked: circuit open or closed). Failures and fallbacks both count in
+// module failed: trap, deadline, bad result), "fallback" (the module was
+// not asked: circuit open or closed) and "canceled" (the caller's context
+// ended before or during the call). Failures and fallbacks both count in
 // coordhost_policy_fallbacks_total, since the fallback (or fail-closed)
-// decided instead.
+// decided instead; a canceled call's answer is read by nobody.
 func (o wasmObs) ObserveCall(ci wasm.CallInfo) {
+	if ci.Outcome == wasm.OutcomeCanceled {
+		o.m.observe(ci.Module, "wasm", ci.Kind, "canceled", ci.Duration)
+		return
+	}
 	outcome := "ok"
 	switch {
 	case ci.Outcome.Failure():
@@ -241,6 +246,8 @@ func (o pluginObs) ObserveCall(kind policies.Kind, d time.Duration, err error) {
 	switch {
 	case errors.Is(err, plugin.ErrRefused):
 		outcome = "refused"
+	case errors.Is(err, plugin.ErrCanceled):
+		outcome = "canceled"
 	case err != nil:
 		outcome = "failure"
 	}

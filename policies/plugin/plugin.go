@@ -231,6 +231,7 @@ func (r *retryPolicy) DecideRetry(ctx context.Context, req policies.RetryRequest
 	if err != nil && ctx.Err() != nil {
 		// The caller gave up: no fault of the plugin's, and nobody reads
 		// the answer.
+		p.recordCall(policies.KindRetry, lat, canceled(ctx))
 		return r.fallback.DecideRetry(ctx, req)
 	}
 	p.recordCall(policies.KindRetry, lat, err)
@@ -266,6 +267,7 @@ func (s *starvationPolicy) WriterBound(ctx context.Context, req policies.Starvat
 		bound, err = sdk.WriterBoundFromProto(resp)
 	}
 	if err != nil && ctx.Err() != nil {
+		p.recordCall(policies.KindStarvation, lat, canceled(ctx))
 		return s.fallback.WriterBound(ctx, req) // the caller gave up
 	}
 	p.recordCall(policies.KindStarvation, lat, err)
@@ -314,6 +316,7 @@ func (pp *partitionPolicy) PartitionKey(ctx context.Context, req policies.Partit
 	lat := time.Since(start)
 	cancel()
 	if err != nil && ctx.Err() != nil {
+		p.recordCall(policies.KindPartition, lat, canceled(ctx))
 		return "", fmt.Errorf("%w: plugin %q: %w", policies.ErrPartition, p.opts.Name, ctx.Err()) // the caller gave up
 	}
 	p.recordCall(policies.KindPartition, lat, refusal(err, resp.GetError()))

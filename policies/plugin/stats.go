@@ -1,7 +1,9 @@
 package plugin
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +39,15 @@ type Observer interface {
 // returns an error wrapping policies.ErrPartition with the plugin's
 // message.)
 var ErrRefused = errors.New("plugin: partition policy refused")
+
+// ErrCanceled marks, in Observer.ObserveCall, a call cut short because the
+// caller's context ended: not a failure of the plugin, and not counted as
+// one.
+var ErrCanceled = errors.New("plugin: call canceled by the caller")
+
+func canceled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", ErrCanceled, ctx.Err())
+}
 
 // KindStats counts one kind's decisions.
 type KindStats struct {
@@ -117,6 +128,7 @@ func (p *Plugin) recordCall(k policies.Kind, latency time.Duration, err error) {
 	switch {
 	case errors.Is(err, ErrRefused):
 		c.refusals.Add(1)
+	case errors.Is(err, ErrCanceled):
 	case err != nil:
 		c.failures.Add(1)
 	}
