@@ -133,7 +133,7 @@ func (h *Host) warnServerHazards(ctx context.Context) {
 		h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
 	}
 	if err != nil {
-		h.log.Info("could not check every redis setting; see the docs for the ones coordhost relies on", "err", err)
+		h.log.Warn("could not check the redis settings coordhost relies on (appendonly, appendfsync, maxmemory-policy; see \"What the guarantees rest on\" in the package documentation of primitives/lock)", "err", err)
 	}
 }
 

@@ -23,8 +23,11 @@ const ServerCheckTimeout = 5 * time.Second
 //     evict lock keys (they carry TTLs, so volatile-* policies pick them
 //     too) and fencing counters, so a lock can be granted twice and
 //     fencing tokens restart.
-//   - no persistence (appendonly no and no save points): a restart forgets
-//     every lock, lease and fencing counter; tokens restart from 1.
+//   - no append-only file (appendonly no): a restart forgets every lock,
+//     lease and fencing counter written since the last snapshot (all of
+//     them without save points), so fencing tokens go back; and
+//     appendfsync no, which leaves the flush to the OS (a crash can lose
+//     about 30 seconds).
 //   - replicas: replication is asynchronous, so a failover can lose the
 //     latest grants and counter increments.
 //
@@ -49,7 +52,7 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 	seen := map[string]bool{}
 	for _, addr := range addrs {
 		n := nodes[addr]
-		cfg, err := configGet(ctx, n, "maxmemory", "maxmemory-policy", "appendonly", "save")
+		cfg, err := configGet(ctx, n, "maxmemory", "maxmemory-policy", "appendonly", "appendfsync", "save")
 		if err != nil {
 			return hazards, fmt.Errorf("host: checking the settings of Redis at %s: %w", addr, err)
 		}
@@ -62,8 +65,13 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 		if mm := cfg["maxmemory"]; mm != "" && mm != "0" && cfg["maxmemory-policy"] != "noeviction" {
 			add(fmt.Sprintf("maxmemory-policy is %q with maxmemory %s: Redis may evict lock keys and fencing counters, so a lock can be granted twice and fencing tokens restart; set maxmemory-policy noeviction", cfg["maxmemory-policy"], mm))
 		}
-		if cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "" {
+		switch {
+		case cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "":
 			add("no persistence (appendonly no, no save points): a Redis restart forgets every lock, lease and fencing counter, and fencing tokens restart from 1; turn on appendonly (appendfsync everysec or always)")
+		case cfg["appendonly"] == "no":
+			add(fmt.Sprintf("snapshots only (appendonly no, save %q): a Redis restart forgets every lock, lease and fencing counter written since the last snapshot, so a lock can be granted twice and fencing tokens go back; turn on appendonly (appendfsync everysec or always)", cfg["save"]))
+		case cfg["appendfsync"] == "no":
+			add("appendfsync no: the OS decides when the append-only file reaches the disk, so a crash can lose the last ~30 seconds of grants and fencing counter increments; use appendfsync everysec or always")
 		}
 		info, err := n.Do(ctx, n.B().Info().Section("replication").Build()).ToString()
 		if err != nil {

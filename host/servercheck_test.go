@@ -27,7 +27,9 @@ func TestServerHazards(t *testing.T) {
 		{"no limit, any policy", []string{"--appendonly", "yes", "--maxmemory-policy", "allkeys-lru"}, nil},
 		{"evicting", []string{"--appendonly", "yes", "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, []string{`maxmemory-policy is "volatile-lru"`}},
 		{"no persistence", nil, []string{"no persistence"}},
-		{"rdb only", []string{"--save", "3600 1"}, nil},
+		{"rdb only", []string{"--save", "3600 1"}, []string{"snapshots only"}},
+		{"appendfsync no", []string{"--appendonly", "yes", "--appendfsync", "no"}, []string{"appendfsync no"}},
+		{"appendfsync everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,19 @@
 // head of each field's local queue re-attempts) and always wake at the
 // holder field's HPTTL. See package lock for which client options give
 // which wake-up source; the rules are the same.
+//
+// # What the guarantees rest on
+//
+// A lease is exclusive while Redis keeps every write: the hazards and the
+// server settings that avoid them are those of package lock ("What the
+// guarantees rest on": appendonly yes, maxmemory-policy noeviction, and a
+// failover may lose the latest grants). Two more are the hash's own: a
+// key-level TTL on the hash (PEXPIRE by anyone) would end every field
+// lease with it, so Acquire refuses such a hash and Renew and Verify fail
+// closed when one appears (ErrHashHasTTL); and a DEL or HDEL from outside
+// ends the lease at once, which Verify reports as false. Leases need the
+// CLIENT INFO and CLIENT KILL commands (ErrNoClientPermission) besides the
+// hash commands of the scripts.
 package lease
 
 import (

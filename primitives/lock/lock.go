@@ -33,18 +33,34 @@
 // Mutual exclusion and increasing fencing tokens hold while the Redis
 // server keeps every write coordhost made. Each of these breaks that:
 //
-//   - A restart without persistence forgets every lock and counter: a
-//     second holder can be granted the lock while the first still works,
-//     and fencing tokens restart from 1 (TestFencingTokensAcrossRestart
-//     reproduces it). Run with appendonly yes; appendfsync always keeps
-//     every grant, everysec may lose the last second.
+//   - A restart that loses writes: without persistence it forgets every
+//     lock and counter, a second holder can be granted the lock while the
+//     first still works, and fencing tokens restart from 1
+//     (TestFencingTokensAcrossRestart reproduces it). Snapshots alone
+//     (save without appendonly) lose everything since the last snapshot;
+//     appendfsync no leaves the flush to the OS. Run with appendonly yes:
+//     appendfsync always keeps every grant, everysec may lose the last
+//     second.
 //   - Eviction: with maxmemory set, any maxmemory-policy other than
 //     noeviction may evict lock keys (they carry TTLs, so volatile-*
-//     policies pick them too) or counters.
+//     policies pick them too) or counters. With noeviction a full server
+//     refuses writes instead: acquisitions fail with Redis' OOM error,
+//     which is the safe way to fail.
 //   - A failover to a replica that had not received the latest writes
-//     loses them; replication is asynchronous.
+//     loses them; replication is asynchronous. coordhost does not yet wait
+//     for replicas (WAIT) before it reports a grant; where a failover must
+//     not lose a lock, run without automatic failover for this data or
+//     accept that a promoted replica may grant a lock again.
 //   - Anyone deleting or rewriting the keys under Options.Prefix (or the
-//     counter of a fenced lock).
+//     counter of a fenced lock). Keys starting with ReservedPrefix after
+//     the prefix are coordhost's own and refused as lock keys.
+//
+// The ACL a coordhost user needs: the commands of the scripts (EVALSHA,
+// EVAL, and inside them GET, SET, DEL, PEXPIRE, PTTL, INCR, TIME, the
+// sorted-set commands for FIFO, PUBLISH), SUBSCRIBE (or client tracking)
+// for waiting, CLIENT INFO and CLIENT KILL for the cleanup of an uncertain
+// attempt on a waiting connection, all on the keys and channels under
+// Options.Prefix; CONFIG GET and INFO for the host's settings check.
 //
 // What coordhost does about them: the host (package host and the coordhost
 // daemon) checks maxmemory, maxmemory-policy, persistence and replicas at
