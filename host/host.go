@@ -3,8 +3,9 @@
 // that consult them. It reloads the whole set atomically, and serves the
 // operational endpoints (/livez, /readyz, /metrics).
 //
-// Only cmd/coordhost imports host; embedders use the primitives directly
-// or build a Host from a config.Config.
+// Within this module only cmd/coordhost imports host. Programs embed it to
+// get named primitives from HCL (see the package example), or use the
+// primitives directly.
 package host
 
 import (

@@ -31,7 +31,20 @@ func TestMain(m *testing.M) {
 	for _, f := range redistest.LingeringGoroutines() {
 		opts = append(opts, goleak.IgnoreAnyFunction(f))
 	}
-	goleak.VerifyTestMain(redistest.ExampleMain(m, 7, &exampleAddr), opts...)
+	goleak.VerifyTestMain(removingPlugin{redistest.ExampleMain(m, 7, &exampleAddr)}, opts...)
+}
+
+// removingPlugin removes the example plugin examplePlugin built, after the
+// tests.
+type removingPlugin struct{ m interface{ Run() int } }
+
+func (r removingPlugin) Run() int {
+	defer func() {
+		if pluginBin != "" {
+			os.RemoveAll(filepath.Dir(pluginBin))
+		}
+	}()
+	return r.m.Run()
 }
 
 // exampleAddr is the server the runnable examples talk to.

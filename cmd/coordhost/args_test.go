@@ -231,6 +231,7 @@ func TestTopLevel(t *testing.T) {
 		{args: []string{"version", "-h"}, code: exitOK, stdout: "Usage: coordhost version\n"},
 		{args: []string{"lock", "-h"}, code: exitOK, stdout: "Usage: coordhost lock SUBCOMMAND ...\n"},
 		{args: []string{"lock", "help"}, code: exitOK, stdout: "coordhost lock hold [flags] NAME -- CMD [ARGS...]\n"},
+		{args: []string{"help", "-h"}, code: exitOK, stdout: "Usage:\n  coordhost serve [flags] FILE\n"},
 		{args: []string{"help", "serve"}, code: exitOK, stdout: "Usage: coordhost serve [flags] FILE\n"},
 		{args: []string{"help", "lock", "hold"}, code: exitOK, stdout: "Usage: coordhost lock hold "},
 		{args: []string{"help", "lock"}, code: exitOK, stdout: "Usage: coordhost lock SUBCOMMAND"},
@@ -396,7 +397,7 @@ func TestEditDistance(t *testing.T) {
 }
 
 func TestChildEnv(t *testing.T) {
-	base := []string{"A=1", "COORDHOST_LOCK_NAME=outer", "COORDHOST_FENCING_TOKEN=99", "B=2"}
+	base := []string{"A=1", "COORDHOST_LOCK_NAME=outer", "COORDHOST_FENCING_TOKEN=99", "COORDHOST_REDIS_URL=redis://:secret@db:6379", "B=2"}
 	got := childEnv(base, "inner", "")
 	want := []string{"A=1", "B=2", "COORDHOST_LOCK_NAME=inner"}
 	if !slices.Equal(got, want) {

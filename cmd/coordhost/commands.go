@@ -193,7 +193,7 @@ func run(ctx context.Context, args []string, e *env) int {
 func (e *env) help(args []string) int {
 	name := strings.Join(args, " ")
 	switch {
-	case name == "" || name == "help":
+	case name == "" || isHelpArg(name):
 		fmt.Fprint(e.stdout, topHelp())
 	case findCommand(name) != nil:
 		fmt.Fprint(e.stdout, findCommand(name).help())

@@ -240,6 +240,7 @@ func runHold(ctx context.Context, args []string, e *env) int {
 			}
 		}()
 		e.logf("dev mode: started private redis-server on unix socket %s (pid %d); it stops when coordhost exits", d.Socket(), d.Pid())
+		e.logf("dev mode: this lock excludes nothing outside this run, since no other process uses this server; give -redis or $%s (for example the socket of `coordhost dev-redis`) to share a lock between processes", envRedisURL)
 		opt, desc, err = unixClientOption(d.Socket())
 		if err != nil {
 			e.logf("%v", err)
@@ -354,11 +355,13 @@ func buildChildCmd(path string, cfg holdConfig, e *env, fencingToken string) *ex
 }
 
 // childEnv returns base without any inherited COORDHOST_LOCK_NAME and
-// COORDHOST_FENCING_TOKEN (from an outer coordhost), plus ours.
+// COORDHOST_FENCING_TOKEN (from an outer coordhost), and without
+// COORDHOST_REDIS_URL (it may carry a password CMD has no business with),
+// plus ours.
 func childEnv(base []string, name, fencingToken string) []string {
 	out := make([]string, 0, len(base)+2)
 	for _, kv := range base {
-		if strings.HasPrefix(kv, envLockName+"=") || strings.HasPrefix(kv, envFencingToken+"=") {
+		if strings.HasPrefix(kv, envLockName+"=") || strings.HasPrefix(kv, envFencingToken+"=") || strings.HasPrefix(kv, envRedisURL+"=") {
 			continue
 		}
 		out = append(out, kv)

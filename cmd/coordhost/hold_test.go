@@ -399,6 +399,9 @@ func TestHoldDevMode(t *testing.T) {
 		if m == nil {
 			t.Fatalf("no dev mode message; stderr:\n%s", te.errOut)
 		}
+		if !strings.Contains(te.errOut.String(), "this lock excludes nothing outside this run") {
+			t.Errorf("dev mode does not say that the lock is private to this run; stderr:\n%s", te.errOut)
+		}
 		pid, _ := strconv.Atoi(m[2])
 		if !processGone(pid) {
 			t.Fatalf("redis-server %d still running", pid)
