@@ -23,10 +23,10 @@ const MaxTTL = time.Duration(lua.MaxTTLMillis) * time.Millisecond
 // 1ms it fails (PX 0 would delete the key), and above MaxTTL.
 func Millis(ttl time.Duration) (time.Duration, string, error) {
 	if ttl < time.Millisecond {
-		return 0, "", fmt.Errorf("ttl %v is below 1ms", ttl)
+		return 0, "", fmt.Errorf("%v is below 1ms", ttl)
 	}
 	if ttl > MaxTTL {
-		return 0, "", fmt.Errorf("ttl %v is above the maximum of %v (100 years)", ttl, MaxTTL)
+		return 0, "", fmt.Errorf("%v is above the maximum of %v (100 years)", ttl, MaxTTL)
 	}
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond
 	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil

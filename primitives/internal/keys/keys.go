@@ -6,6 +6,7 @@ package keys
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -17,7 +18,7 @@ const Reserved = "__coordhost:"
 // Errors returned by this package; callers wrap them in their sentinels.
 var (
 	ErrEmpty    = errors.New("key is empty")
-	ErrReserved = errors.New("key enters the reserved namespace " + Reserved)
+	ErrReserved = errors.New("key enters the reserved namespace " + strconv.Quote(Reserved))
 	ErrSlot     = errors.New("derived key cannot share the key's cluster slot")
 )
 
