@@ -78,6 +78,12 @@ func TestParseHoldArgsBad(t *testing.T) {
 			want: `"redis://:xxxxx@db:1"`, not: "hunter2"},
 		{name: "redis URL bad db, password hidden", args: []string{"-redis", "redis://u:hunter2@db:1/x", "job", "--", "true"},
 			want: `"redis://u:xxxxx@db:1/x": redis: invalid database number`, not: "hunter2"},
+		{name: "redis URL password with #, hidden", args: []string{"-redis", "redis://default:hunter2#1@127.0.0.1:6379", "job", "--", "true"},
+			want: `"redis://default:xxxxx@127.0.0.1:6379"`, not: "hunter2"},
+		{name: "redis URL password with ?, hidden", args: []string{"-redis", "redis://u:hun?ter2@db:1", "job", "--", "true"},
+			want: `"redis://u:xxxxx@db:1"`, not: "ter2"},
+		{name: "redis URL password with /, hidden", args: []string{"-redis", "redis://:S3cr/t2@db:1/0", "job", "--", "true"},
+			want: `"redis://:xxxxx@db:1/0"`, not: "S3cr"},
 		{name: "redis credentials without scheme", args: []string{"-redis", "u:hunter2@db", "job", "--", "true"},
 			want: `-redis: "xxxxx@db": credentials go in a URL, as in redis://user:pass@host:port`, not: "hunter2"},
 		// COORDHOST_REDIS_URL is checked as -redis is, and named.

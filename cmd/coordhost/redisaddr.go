@@ -46,12 +46,17 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 	case strings.Contains(s, "://"):
 		opt, err := rueidis.ParseURL(s)
 		if err != nil {
-			// net/url's errors quote the whole URL, password and all.
 			var ue *url.Error
 			if errors.As(err, &ue) {
-				err = ue.Err
+				err = ue.Err // its text repeats the whole URL
 			}
-			return opt, "", fmt.Errorf("%q: %v", redactURL(s), err)
+			// An unescaped # ? or / in a password makes net/url quote
+			// pieces of it in its error: blank them out.
+			msg := redactPieces(err.Error(), s)
+			if strings.ContainsAny(s, "#?") && strings.Contains(s, "@") {
+				msg += " (percent-encode any @ # ? / : %% in the user name or password)"
+			}
+			return opt, "", fmt.Errorf("%q: %s", redactURL(s), msg)
 		}
 		if len(opt.InitAddress) != 1 || opt.InitAddress[0] == "" {
 			return opt, "", fmt.Errorf("%q: no server address in URL", redactURL(s))
@@ -78,17 +83,15 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 
 // redactURL returns the URL s with the password of its user information,
 // if any, replaced by "xxxxx", as url.URL.Redacted does, also for a URL
-// that does not parse.
+// that does not parse. A password may hold unescaped / ? # (the URL then
+// does not parse), so everything up to the last @ counts as user
+// information: on doubt it redacts too much, never too little.
 func redactURL(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return s
 	}
-	end := len(rest)
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		end = i
-	}
-	at := strings.LastIndexByte(rest[:end], '@')
+	at := strings.LastIndexByte(rest, '@')
 	if at < 0 {
 		return s
 	}
@@ -96,7 +99,29 @@ func redactURL(s string) string {
 	if !hasPass {
 		return s
 	}
+	if strings.ContainsAny(user, "/?#") {
+		user = "xxxxx"
+	}
 	return scheme + "://" + user + ":xxxxx" + rest[at:]
+}
+
+// redactPieces replaces in msg every piece of the password of URL s (as
+// redactURL finds it, split at the characters that end a URL part) with
+// "xxxxx".
+func redactPieces(msg, s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	at := strings.LastIndexByte(rest, '@')
+	if !ok || at < 0 {
+		return msg
+	}
+	_, pass, ok := strings.Cut(rest[:at], ":")
+	if !ok {
+		return msg
+	}
+	for _, piece := range strings.FieldsFunc(pass, func(r rune) bool { return strings.ContainsRune("/?#@:", r) }) {
+		msg = strings.ReplaceAll(msg, piece, "xxxxx")
+	}
+	return msg
 }
 
 // unixClientOption returns options that dial the unix socket path.
