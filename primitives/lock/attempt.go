@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
-	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
 	"github.com/coordhost/coordhost/primitives/internal/script"
@@ -220,78 +219,6 @@ func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time
 		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
 	}
 	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
-}
-
-// settle releases r's token best effort, and with leave also takes r's
-// waiter out of the FIFO queue, on a context that survives the caller's
-// cancellation but is bounded. When the
-// attempt ran on the wait engine's connection (c.ID != 0) the release goes
-// on that same connection, behind the attempt, so it cannot overtake it; if
-// that connection fails, it is killed first (CLIENT KILL ID ... ADDR ...),
-// so the attempt has either run or never will, and the release goes on the
-// shared client.
-//
-// On the shared client nothing orders the release after the attempt:
-// rueidis pipelines over several connections (ClientOption.PipelineMultiplex)
-// and picks one at random per command, and it may close a connection whose
-// command passed its deadline, so the attempt can land after the release.
-// A second owner-checked release follows after lateGrantWindow (see
-// settleLater) for that case.
-func (l *Locker) settle(ctx context.Context, c wait.Conn, r *request, leave bool) {
-	sc, keys, args := releaseScript, []string{r.key}, []string{r.token, r.channel}
-	if leave && r.queue != "" {
-		sc, keys, args = leaveScript, []string{r.key, r.queue, r.deadlines}, []string{r.token, r.channel, r.waiter}
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
-	defer cancel()
-	run := func(on rueidis.CoreClient) error {
-		return sc.Run(ctx, on, keys, args).Error()
-	}
-	if c.ID != 0 {
-		if !script.IsUncertain(run(c.CoreClient)) {
-			return
-		}
-		_ = fence.KillID(ctx, l.client, c.ID, c.Addr, "")
-	} else {
-		defer l.settleLater(sc, keys, args)
-	}
-	// Both scripts are idempotent: a lost reply is worth another try while
-	// the bound lasts, since a waiter that fails to leave holds up the
-	// queue until its entry expires.
-	tries := 3
-	if l.freshQueueEntry {
-		tries = 1 // the control for the FIFO stall fix: as before it
-	}
-	for range tries {
-		if err := run(l.client); !script.IsUncertain(err) || ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// lateGrantWindow is how long after an uncertain attempt on the shared
-// client its second cleanup runs: long enough for a command already on the
-// wire to have been processed (a loopback round trip is ~25µs).
-const lateGrantWindow = 100 * time.Millisecond
-
-// settleLater runs sc once more after lateGrantWindow, in the background,
-// bounded by DefaultCloseTimeout: an owner-checked release of a token no
-// one else holds, so it can only delete a grant that landed after the
-// first cleanup. Close waits for it. Measured with 3×2000 randomly
-// cancelled acquires (TestAcquireCancelledMidFlight): 0.05–0.15% of calls
-// left a lock held by no handle until its TTL with one cleanup, none
-// with both.
-func (l *Locker) settleLater(sc *script.Script, keys, args []string) {
-	if l.noSecondCleanup {
-		return
-	}
-	l.later.Add(1)
-	time.AfterFunc(lateGrantWindow, func() {
-		defer l.later.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
-		defer cancel()
-		_ = sc.Run(ctx, l.client, keys, args).Error()
-	})
 }
 
 func uncertain(key string, err error) error {

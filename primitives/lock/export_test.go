@@ -17,3 +17,10 @@ func FreshQueueEntryOnUncertain(l *Locker) { l.freshQueueEntry = true }
 // NoSecondCleanup turns off the cleanup that follows an uncertain attempt
 // on the shared client after LateGrantWindow, for the control test.
 func NoSecondCleanup(l *Locker) { l.noSecondCleanup = true }
+
+// PendingCleanups reports how many cleanups run in the background.
+func PendingCleanups(l *Locker) int {
+	l.cleanups.mu.Lock()
+	defer l.cleanups.mu.Unlock()
+	return l.cleanups.running
+}

@@ -80,7 +80,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,8 +187,8 @@ type Locker struct {
 	derived         bool        // shares another Locker's engine (Derive)
 	closed          atomic.Bool // Close was called
 	engine          *wait.Engine
-	later           sync.WaitGroup // second cleanups after uncertain attempts (settleLater)
-	obs             Observer       // Options.Observer; nil means none (observe.go)
+	cleanups        *cleanups // background cleanups (settle.go); shared with derived Lockers
+	obs             Observer  // Options.Observer; nil means none (observe.go)
 }
 
 // New returns a Locker on client. It does not dial anything. Errors wrap
@@ -220,7 +219,7 @@ func (l *Locker) Derive(opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.engine, d.derived = l.engine, true
+	d.engine, d.derived, d.cleanups = l.engine, true, l.cleanups
 	return d, nil
 }
 
@@ -238,25 +237,29 @@ func configure(client rueidis.Client, opts Options) (*Locker, error) {
 		}
 	}
 	return &Locker{
-		client: client,
-		space:  keys.Space{Prefix: opts.Prefix},
-		fence:  opts.Fencing,
-		retry:  retry,
-		fifo:   opts.FIFO,
-		obs:    opts.Observer,
+		client:   client,
+		space:    keys.Space{Prefix: opts.Prefix},
+		fence:    opts.Fencing,
+		retry:    retry,
+		fifo:     opts.FIFO,
+		obs:      opts.Observer,
+		cleanups: newCleanups(),
 	}, nil
 }
 
 // Close stops the Locker's waiting machinery: blocked Acquire calls return
 // primitives.ErrClosed. Locks already granted keep working. It does not
-// close the client. Idempotent. (A derived Locker only refuses new calls;
-// see Derive.)
+// close the client, and it returns once the cleanups of uncertain attempts
+// that run in the background are done (each bounded by
+// DefaultCloseTimeout); a call still in flight does its own cleanups
+// before it returns. Idempotent. (A derived Locker only refuses new calls;
+// its cleanups are the parent's to wait for; see Derive.)
 func (l *Locker) Close() error {
 	l.closed.Store(true)
-	l.later.Wait()
 	if l.derived {
-		return nil
+		return nil // the Locker it derives from waits for the cleanups
 	}
+	l.cleanups.close()
 	return l.engine.Close()
 }
 
