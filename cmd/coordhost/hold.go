@@ -71,7 +71,7 @@ func newHoldFlags(f *holdFlags) *flag.FlagSet {
 	fs := newFlagSet("lock hold")
 	fs.Var(newStringValue(&f.redis, ""), "redis", "the Redis server at `ADDR`: host:port, /path/to.sock, unix:///path/to.sock or "+
 		"redis://[user:pass@]host:port[/db] (rediss:// for TLS); default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
-		"With -config it replaces the file's addresses; the file's credentials apply unless ADDR has its own")
+		"With -config it replaces the file's addresses (and $"+envRedisURL+" applies only when the file has no redis block); the file's credentials apply unless ADDR has its own")
 	fs.Var(newDurationValue(&f.ttl, defaultTTL), "ttl", "lease time of the lock, `DURATION` "+durationHelp+"; renewed every ttl/3")
 	fs.Var(newStringValue(&f.prefix, defaultPrefix), "prefix", "the `STRING` the lock's Redis key starts with; the key is STRING + NAME")
 	fs.Var(boolValue{&f.fencing}, "fencing", "take a fencing token and pass it to CMD as "+envFencingToken)

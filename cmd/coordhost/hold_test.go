@@ -465,8 +465,9 @@ func TestHoldDevMode(t *testing.T) {
 
 // TestHoldRedisURLFromEnv: COORDHOST_REDIS_URL gives lock hold its server
 // and credentials without anything on the command line; -redis wins over
-// it; and with -config, either one keeps the file's credentials unless the
-// URL has its own. The server's default user may touch no keys, so a
+// it; with -config, the file's redis block wins over the environment (only
+// -redis replaces its addresses, keeping its credentials unless the URL has
+// its own), and the environment serves a file without a redis block. The server's default user may touch no keys, so a
 // connection without the right credentials cannot take the lock.
 func TestHoldRedisURLFromEnv(t *testing.T) {
 	t.Parallel()
@@ -476,6 +477,7 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 	srv.MustCmd(t, "ACL", "SETUSER", "default", "resetkeys")
 	good := "redis://coord:s3cret@" + srv.Addr
 	withCreds := writeConfig(t, "redis {\n  addresses = [\"127.0.0.1:1\"]\n  username  = \"coord\"\n  password  = \"s3cret\"\n}\n"+goodConfig)
+	withoutRedis := writeConfig(t, goodConfig)
 	cases := []struct {
 		name string
 		env  string // COORDHOST_REDIS_URL
@@ -487,9 +489,9 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 		{"-redis wins over a bad env", "redis://coord:wrong@127.0.0.1:1", []string{"-redis", good}, 0, `coordhost: acquired lock "job"`},
 		{"-redis without credentials wins over env with them", good, []string{"-redis", srv.Addr}, exitFailure, "NOPERM"},
 		{"env unreachable is named", "127.0.0.1:1", nil, exitFailure, "coordhost: connecting to Redis at 127.0.0.1:1 (from COORDHOST_REDIS_URL): "},
-		{"-config: env keeps the file's credentials", "redis://" + srv.Addr, []string{"-config", withCreds}, 0, `key "t:job"`},
+		{"-config: env ignored when the file has a redis block", good, []string{"-config", withCreds}, exitFailure, "COORDHOST_REDIS_URL ignored: "},
+		{"-config without a redis block: env names the server", good, []string{"-config", withoutRedis}, 0, `key "t:job"`},
 		{"-config: -redis keeps the file's credentials", "", []string{"-config", withCreds, "-redis", srv.Addr}, 0, `key "t:job"`},
-		{"-config: env with its own credentials", "redis://coord:wrong@" + srv.Addr, []string{"-config", withCreds}, exitFailure, "WRONGPASS"},
 		{"-config: -redis with its own credentials", "", []string{"-config", withCreds, "-redis", "redis://coord:wrong@" + srv.Addr}, exitFailure, "WRONGPASS"},
 	}
 	for _, tc := range cases {

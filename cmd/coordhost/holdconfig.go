@@ -51,6 +51,13 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 	// One lock hold is too short-lived to report the server's settings on
 	// every run; `serve` does (host.ServerHazards).
 	opts := host.Options{Logger: cliLogger(e.stderr), Load: cfg.load, SkipServerCheck: true}
+	if cfg.redisFrom == envRedisURL && conf.Redis != nil {
+		// An ambient variable must not move a lock that a file's redis
+		// block places: a worker and `serve FILE` would then coordinate
+		// on different servers. Only -redis replaces the file's block.
+		e.logf("%s ignored: %s has a redis block (give -redis to replace its addresses)", envRedisURL, cfg.configPath)
+		cfg.redis = ""
+	}
 	if cfg.redis != "" {
 		// -redis replaces the addresses of the file's redis block; its
 		// key_prefix still applies, and so do its credentials unless the
