@@ -155,7 +155,6 @@ install_redis8() {
 
 	write_sources() { echo "deb [$1] $mirror trixie main" >"$apt8/sources.list"; }
 	update8() { apt-get "${aptopts[@]}" "$@" update >"$apt8/update.log" 2>&1; }
-	local insecure=()
 	# Does the machine's archive keyring verify trixie? bookworm's
 	# debian-archive-keyring 2023.3+deb12u2 carries the trixie keys; older
 	# ones do not, so upgrade it from bookworm itself (a verified path).
@@ -166,16 +165,15 @@ install_redis8() {
 		$SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 \
 			install -y --no-install-recommends --only-upgrade debian-archive-keyring >/dev/null 2>&1 || true
 		if ! update8 || grep -qE '^(W|E): .*(NO_PUBKEY|not signed|EXPKEYSIG|BADSIG)' "$apt8/update.log"; then
-			log "WARNING: still cannot verify trixie's Release signature; downloading WITHOUT verification"
+			# Never fall back to unverified packages: they run as root
+			# in make test and make run, and the mirror may be plain HTTP.
 			sed -n '1,20p' "$apt8/update.log" >&2
-			write_sources "trusted=yes"
-			insecure=(-o Acquire::AllowInsecureRepositories=true -o APT::Get::AllowUnauthenticated=true)
-			update8 "${insecure[@]}" || { cat "$apt8/update.log" >&2; die "apt-get update for trixie failed"; }
+			die "cannot verify Debian trixie's Release signature with $keyring; install a debian-archive-keyring that carries the trixie keys (bookworm's 2023.3+deb12u2 or newer) and run again"
 		fi
 	fi
 
 	rm -f "$debs"/*.deb
-	(cd "$debs" && apt-get "${aptopts[@]}" "${insecure[@]}" download "${pkgs[@]}") >"$apt8/download.log" 2>&1 ||
+	(cd "$debs" && apt-get "${aptopts[@]}" download "${pkgs[@]}") >"$apt8/download.log" 2>&1 ||
 		{ cat "$apt8/download.log" >&2; die "apt-get download from trixie failed"; }
 
 	local tmp="$R8.tmp.$$" deb
