@@ -178,7 +178,10 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 			// A FIFO waiter keeps its queue entry (and so its place): the
 			// next attempt refreshes it under a fresh token. Leaving here
 			// best effort, then queueing anew, left orphaned entries at
-			// the head that held everyone up until QueueEntryTTL.
+			// the head that held everyone up until QueueEntryTTL. (When
+			// the lost attempt was itself the grant, the entry went with
+			// it: once the cleanup releases that grant, the waiter queues
+			// again at the tail.)
 			l.settle(ctx, c, r, l.freshQueueEntry)
 			return nil, 0, uncertain(r.key, err)
 		}
