@@ -30,6 +30,19 @@ local function ms_arg(i, name, min_ms)
   return n
 end
 
+-- distinct_keys raises unless every key of KEYS is a different key: a
+-- script that writes one key and then reads another as a different type
+-- would fail after its first write if the two were one.
+local function distinct_keys()
+  local seen = {}
+  for i = 1, #KEYS do
+    if seen[KEYS[i]] then
+      bad_arg('KEYS[' .. seen[KEYS[i]] .. '] and KEYS[' .. i .. '] are the same key')
+    end
+    seen[KEYS[i]] = i
+  end
+end
+
 -- token_arg returns ARGV[i] when it is a non-empty string.
 local function token_arg(i, name)
   local s = ARGV[i]

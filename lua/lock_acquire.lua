@@ -43,9 +43,13 @@ end
 
 token_arg(1, 'token')
 ms_arg(2, 'lease', 1)
+distinct_keys()
 
 local grant_log = nil
 if ARGV[3] == '1' then
+  if #KEYS < 2 then
+    bad_arg('a grant log needs a key of its own')
+  end
   grant_log = KEYS[#KEYS]
 end
 local counter = nil
@@ -58,6 +62,9 @@ if counter then
   if why then
     return redis.error_reply('COORDHOST_BADCOUNTER ' .. why)
   end
+end
+if grant_log then
+  redis.call('LLEN', grant_log) -- WRONGTYPE now, not after the SET
 end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

@@ -38,6 +38,7 @@ if not string.match(ARGV[3] or '', '^[0-9]+$') or seq > 1023 then
 end
 local waiter_ms = ms_arg(4, 'waiter lease', 0)
 local waiter = token_arg(5, 'waiter id')
+distinct_keys()
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

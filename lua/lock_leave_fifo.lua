@@ -15,6 +15,8 @@
 
 token_arg(1, 'token')
 token_arg(3, 'waiter id')
+distinct_keys()
+redis.call('GET', KEYS[1]) -- WRONGTYPE before any write
 
 redis.call('ZREM', KEYS[2], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[3])

@@ -107,3 +107,53 @@ func snapshot(t *testing.T, s *redistest.Server) string {
 	}
 	return b.String()
 }
+
+// Keys that alias each other, or hold a value of another type, are refused
+// before any write too; so is an empty token in the release scripts (an
+// empty token would match an empty value).
+func TestScriptsRefuseHostileKeys(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cases := []struct {
+		name  string
+		src   string
+		keys  []string
+		args  []string
+		setup [][]string
+		want  string // in the error
+	}{
+		{"grant log without a key of its own", lua.LockAcquire, []string{"l"}, []string{"tok", "1000", "1"}, nil, "COORDHOST_BADARG"},
+		{"counter is the lock key", lua.LockAcquire, []string{"l", "l"}, []string{"tok", "1000"}, nil, "COORDHOST_BADARG"},
+		{"grant log of another type", lua.LockAcquire, []string{"l", "g"}, []string{"tok", "1000", "1"}, [][]string{{"SET", "g", "x"}}, "WRONGTYPE"},
+		{"fenced, grant log of another type", lua.LockAcquire, []string{"l", "c", "g"}, []string{"tok", "1000", "1"}, [][]string{{"HSET", "g", "f", "v"}}, "WRONGTYPE"},
+		{"FIFO queue is the lock key", lua.LockAcquireFIFO, []string{"l", "l", "qd"}, []string{"tok", "1000", "1", "15000", "w"}, nil, "COORDHOST_BADARG"},
+		{"FIFO counter is the queue", lua.LockAcquireFIFO, []string{"l", "q", "qd", "q"}, []string{"tok", "1000", "1", "15000", "w"}, nil, "COORDHOST_BADARG"},
+		{"leave: lock key of another type", lua.LockLeaveFIFO, []string{"z", "q", "qd"}, []string{"tok", "ch", "w"},
+			[][]string{{"ZADD", "z", "1", "w"}, {"ZADD", "q", "1", "w"}, {"ZADD", "qd", "1", "w"}}, "WRONGTYPE"},
+		{"leave: queue is the lock key", lua.LockLeaveFIFO, []string{"q", "q", "qd"}, []string{"tok", "ch", "w"},
+			[][]string{{"ZADD", "q", "1", "w"}}, "COORDHOST_BADARG"},
+		{"release: empty token", lua.LockRelease, []string{"empty"}, []string{"", "ch"}, [][]string{{"SET", "empty", ""}}, "COORDHOST_BADARG"},
+		{"lease release: empty token", lua.LeaseRelease, []string{"h"}, []string{"f", "", "ch"}, [][]string{{"HSET", "h", "f", ""}}, "COORDHOST_BADARG"},
+		{"lease release: empty field", lua.LeaseRelease, []string{"h"}, []string{"", "tok", "ch"}, [][]string{{"HSET", "h", "", "tok"}}, "COORDHOST_BADARG"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s.Do(ctx, "FLUSHALL")
+			for _, c := range tc.setup {
+				if err := s.Do(ctx, c...).Error(); err != nil {
+					t.Fatalf("%v: %v", c, err)
+				}
+			}
+			before := snapshot(t, s)
+			cmd := append(append([]string{"EVAL", tc.src, strconv.Itoa(len(tc.keys))}, tc.keys...), tc.args...)
+			err := s.Do(ctx, cmd...).Error()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %s", err, tc.want)
+			}
+			if after := snapshot(t, s); after != before {
+				t.Errorf("wrote:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
