@@ -84,8 +84,8 @@ func (e *env) colorFor(w io.Writer) bool {
 
 // writeDiags renders diags to stderr with file, line and snippet; text
 // from the file and the diagnostics is escaped (safeDiags).
-func (e *env) writeDiags(files map[string]*hcl.File, diags hcl.Diagnostics) {
-	files, diags = safeDiags(files, diags)
+func (e *env) writeDiags(path string, files map[string]*hcl.File, diags hcl.Diagnostics) {
+	files, diags = safeDiags(files, diags, path)
 	_ = config.WriteDiagnostics(e.stderr, files, diags, e.colorFor(e.stderr))
 }
 

@@ -25,7 +25,7 @@ const hostShutdownTimeout = 5 * time.Second
 func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
 	conf, diags := config.Load(cfg.configPath, cfg.load)
 	if diags.HasErrors() {
-		e.writeDiags(conf.Files(), diags)
+		e.writeDiags(cfg.configPath, conf.Files(), diags)
 		errs, _ := countDiags(diags)
 		e.logf("lock hold: %s: %s", cfg.configPath, plural(errs, "error"))
 		return exitFailure
@@ -46,7 +46,7 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 	if cfg.attrs != nil && lc.Partition == nil {
 		return e.usageErrorFor("lock hold", "lock hold: -attr given, but lock %q has no partition policy to use it", cfg.name)
 	}
-	e.writeDiags(conf.Files(), diags) // warnings
+	e.writeDiags(cfg.configPath, conf.Files(), diags) // warnings
 
 	// One lock hold is too short-lived to report the server's settings on
 	// every run; `serve` does (host.ServerHazards).

@@ -107,23 +107,50 @@ func printLine(w io.Writer, s string) {
 // in the files' source text every byte of a character that safeText would
 // escape becomes '?', so that byte offsets, and with them the snippets'
 // positions and highlights, stay as they were.
-func safeDiags(files map[string]*hcl.File, diags hcl.Diagnostics) (map[string]*hcl.File, hcl.Diagnostics) {
-	outDiags := make(hcl.Diagnostics, len(diags))
-	for i, d := range diags {
-		c := *d
-		c.Summary = safeText(c.Summary)
-		c.Detail = safeLines(c.Detail)
-		outDiags[i] = &c
+func safeDiags(files map[string]*hcl.File, diags hcl.Diagnostics, paths ...string) (map[string]*hcl.File, hcl.Diagnostics) {
+	// File names come from the command line and may hold anything: escape
+	// them wherever they are printed (ranges, the files' keys, and inside
+	// details such as "There is no file at ..."), the same way everywhere
+	// so that snippets are still found.
+	var renames []string // raw, safe pairs for strings.NewReplacer
+	rename := func(name string) string {
+		safe := safeText(name)
+		if safe != name {
+			renames = append(renames, name, safe)
+		}
+		return safe
+	}
+	safeRange := func(r *hcl.Range) *hcl.Range {
+		if r == nil {
+			return nil
+		}
+		c := *r
+		c.Filename = rename(c.Filename)
+		return &c
+	}
+	for _, p := range paths { // named in details without a range
+		rename(p)
 	}
 	outFiles := make(map[string]*hcl.File, len(files))
 	for name, f := range files {
 		if f == nil {
-			outFiles[name] = nil
+			outFiles[rename(name)] = nil
 			continue
 		}
 		c := *f
 		c.Bytes = safeSource(f.Bytes)
-		outFiles[name] = &c
+		outFiles[rename(name)] = &c
+	}
+	outDiags := make(hcl.Diagnostics, len(diags))
+	for i, d := range diags {
+		c := *d
+		c.Subject, c.Context = safeRange(c.Subject), safeRange(c.Context)
+		outDiags[i] = &c
+	}
+	names := strings.NewReplacer(renames...)
+	for _, c := range outDiags {
+		c.Summary = safeText(names.Replace(c.Summary))
+		c.Detail = safeLines(names.Replace(c.Detail))
 	}
 	return outFiles, outDiags
 }

@@ -134,7 +134,7 @@ func TestWriteDiagsEscapes(t *testing.T) {
 		Subject:  &rng,
 	}}
 	te := newTestEnv(t, nil)
-	te.writeDiags(map[string]*hcl.File{"c.hcl": file}, diags)
+	te.writeDiags("", map[string]*hcl.File{"c.hcl": file}, diags)
 	out := te.errOut.String()
 	if strings.ContainsAny(out, "\x1b\x07\u202e") {
 		t.Fatalf("diagnostics hold control characters:\n%q", out)
@@ -207,4 +207,35 @@ func TestValidateFileNameEscaped(t *testing.T) {
 		t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 	}
 	assertOneSafeLine(t, te.out.String(), safeText(name)+": OK")
+}
+
+// A file name with escapes and a newline, in a file with errors and as a
+// missing file: every line of the diagnostics stays free of control
+// characters, and the snippet is still shown.
+func TestDiagnosticFileNamesEscaped(t *testing.T) {
+	dir := t.TempDir()
+	name := dir + "/evil\x1b[2J\u202e\nname.hcl"
+	if err := os.WriteFile(name, []byte("lock \"job\" {\n  ttl = \"30 seconds\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{name, name + ".missing"} {
+		te := newTestEnv(t, nil)
+		if code := run(context.Background(), []string{"validate", file}, te.env); code != exitFailure {
+			t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
+		}
+		out := te.errOut.String()
+		for _, bad := range []string{"\x1b", "\u202e", "evil\x1b"} {
+			if strings.Contains(out, bad) {
+				t.Fatalf("raw %q in:\n%s", bad, out)
+			}
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "name.hcl") {
+				t.Fatalf("the file name's newline split a line:\n%s", out)
+			}
+		}
+		if file == name && !strings.Contains(out, `ttl = "30 seconds"`) {
+			t.Fatalf("no snippet for the escaped file name:\n%s", out)
+		}
+	}
 }

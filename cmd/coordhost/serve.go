@@ -92,7 +92,7 @@ func runServe(ctx context.Context, args []string, e *env) int {
 	if diags.HasErrors() {
 		// No logger yet: its settings are in the file. Diagnostics as
 		// `validate` prints them.
-		e.writeDiags(cfg.Files(), diags)
+		e.writeDiags(sa.file, cfg.Files(), diags)
 		errs, _ := countDiags(diags)
 		e.logf("serve: %s: %s; not starting", sa.file, plural(errs, "error"))
 		return exitFailure

@@ -108,7 +108,7 @@ func runValidate(ctx context.Context, args []string, e *env) int {
 		// does, without running any of its code.
 		diags = append(diags, host.CheckPolicies(ctx, cfg, host.CheckOptions{})...)
 	}
-	e.writeDiags(cfg.Files(), diags)
+	e.writeDiags(va.file, cfg.Files(), diags)
 	errs, warns := countDiags(diags)
 	if errs > 0 {
 		e.logf("validate: %s: %s", va.file, plural(errs, "error"))
