@@ -42,6 +42,7 @@ func TestParseHoldArgsBad(t *testing.T) {
 		{name: "ttl zero", args: []string{"-ttl", "0s", "job", "--", "true"}, want: "-ttl must be at least 1ms, got 0s"},
 		{name: "ttl negative", args: []string{"-ttl", "-1s", "job", "--", "true"}, want: "-ttl must be at least 1ms, got -1s"},
 		{name: "ttl below 1ms", args: []string{"-ttl", "500us", "job", "--", "true"}, want: "-ttl must be at least 1ms"},
+		{name: "ttl above MaxTTL", args: []string{"-ttl", "1000000h", "job", "--", "true"}, want: "-ttl must be at most 876000h0m0s (100 years), got 1000000h0m0s"},
 		// Every duration flag says what a duration looks like.
 		{name: "ttl not a duration", args: []string{"-ttl", "soon", "job", "--", "true"},
 			want: `-ttl "soon": not a duration; a duration looks like 5s, 500ms, 1m or 1h30m`},

@@ -155,6 +155,9 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 			}
 		}
 	}
+	if cfg.ttl > lock.MaxTTL {
+		return cfg, fmt.Errorf("-ttl must be at most %v (100 years), got %v", lock.MaxTTL, cfg.ttl)
+	}
 	if cfg.ttl < minTTL {
 		return cfg, fmt.Errorf("-ttl must be at least %v, got %v", minTTL, cfg.ttl)
 	}
