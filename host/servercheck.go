@@ -49,6 +49,7 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 	}
 	slices.Sort(addrs)
 	var hazards []string
+	var infoErr error
 	seen := map[string]bool{}
 	for _, addr := range addrs {
 		n := nodes[addr]
@@ -63,7 +64,7 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 			}
 		}
 		if mm := cfg["maxmemory"]; mm != "" && mm != "0" && cfg["maxmemory-policy"] != "noeviction" {
-			add(fmt.Sprintf("maxmemory-policy is %q with maxmemory %s: Redis may evict lock keys and fencing counters, so a lock can be granted twice and fencing tokens restart; set maxmemory-policy noeviction", cfg["maxmemory-policy"], mm))
+			add(fmt.Sprintf("maxmemory-policy is %q with maxmemory %q: Redis may evict lock keys and fencing counters, so a lock can be granted twice and fencing tokens restart; set maxmemory-policy noeviction", cfg["maxmemory-policy"], mm))
 		}
 		switch {
 		case cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "":
@@ -75,14 +76,21 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 		}
 		info, err := n.Do(ctx, n.B().Info().Section("replication").Build()).ToString()
 		if err != nil {
-			continue // INFO refused: CONFIG answered, so report what we have
+			// CONFIG answered: report what it said, and that replicas
+			// went unchecked.
+			infoErr = fmt.Errorf("host: checking the replicas of Redis at %s: INFO replication: %w", addr, err)
+			continue
 		}
 		if replicas := infoInt(info, "connected_slaves"); replicas > 0 {
 			add(fmt.Sprintf("%s has %d replica(s): replication is asynchronous, so a failover can lose the latest grants and fencing counter increments", addr, replicas))
 		}
 	}
-	return hazards, nil
+	return hazards, infoErr
 }
+
+// maxSettingLen bounds a setting's value as quoted in a hazard: a reply
+// from the server is not trusted to be short.
+const maxSettingLen = 64
 
 func configGet(ctx context.Context, c rueidis.Client, names ...string) (map[string]string, error) {
 	out := make(map[string]string, len(names))
@@ -91,7 +99,14 @@ func configGet(ctx context.Context, c rueidis.Client, names ...string) (map[stri
 		if err != nil {
 			return nil, fmt.Errorf("CONFIG GET %s: %w", name, err)
 		}
-		out[name] = m[name]
+		v, ok := m[name]
+		if !ok {
+			return nil, fmt.Errorf("CONFIG GET %s: no value in the reply", name)
+		}
+		if len(v) > maxSettingLen {
+			v = v[:maxSettingLen] + "..."
+		}
+		out[name] = v
 	}
 	return out, nil
 }

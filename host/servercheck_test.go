@@ -82,6 +82,17 @@ func TestServerHazards(t *testing.T) {
 			}
 		}
 	})
+	t.Run("INFO refused", func(t *testing.T) {
+		s := redistest.Start(t)
+		s.MustCmd(t, "ACL", "SETUSER", "default", "-info")
+		got, err := host.ServerHazards(ctx, s.Client(t))
+		if err == nil || !strings.Contains(err.Error(), "INFO replication") {
+			t.Fatalf("refused INFO: %v", err)
+		}
+		if len(got) != 1 || !strings.Contains(got[0], "no persistence") {
+			t.Fatalf("the hazards CONFIG showed are lost: %q", got)
+		}
+	})
 	t.Run("CONFIG refused", func(t *testing.T) {
 		s := redistest.Start(t)
 		s.MustCmd(t, "ACL", "SETUSER", "default", "-config")
