@@ -14,8 +14,10 @@ import (
 // ownGroup puts it in a new process group (so that signals can reach all of
 // its descendants and a terminal's ^C reaches it only through coordhost).
 // Pdeathsig kills the child if coordhost itself dies without cleaning up
-// (SIGKILL), so no orphan keeps working without the lock or keeps a private
-// redis-server running.
+// (SIGKILL), so the child does not keep working without the lock and a
+// private redis-server does not outlive it. It reaches the direct child
+// only: processes that CMD started itself survive a SIGKILL of coordhost
+// (a clean exit or a lost lock signals CMD's whole process group).
 func childSysProcAttr(ownGroup bool) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: ownGroup, Pdeathsig: syscall.SIGKILL}
 }
