@@ -1,35 +1,52 @@
 package primitives
 
-import "errors"
+import "github.com/coordhost/coordhost/primitives/internal/base"
 
 // Sentinel errors shared by all primitives. Errors returned by the primitive
 // packages wrap these with details; match them with errors.Is.
 var (
 	// ErrNotAcquired means the resource is held by someone else and the call
 	// was not allowed to wait (TryAcquire) or gave up by policy.
-	ErrNotAcquired = errors.New("coordhost: not acquired")
+	ErrNotAcquired = base.ErrNotAcquired
 
 	// ErrInvalidOptions is wrapped by constructors whose options fail
-	// validation.
-	ErrInvalidOptions = errors.New("coordhost: invalid options")
+	// validation, and by calls on a nil receiver or with a nil context.
+	ErrInvalidOptions = base.ErrInvalidOptions
 
 	// ErrInvalidKey means a key is empty, enters the reserved namespace, or
 	// cannot be placed in one cluster slot with the keys derived from it.
-	ErrInvalidKey = errors.New("coordhost: invalid key")
+	ErrInvalidKey = base.ErrInvalidKey
 
 	// ErrInvalidTTL means a lease duration is zero, negative, below one
 	// millisecond, or above the primitive's MaxTTL.
-	ErrInvalidTTL = errors.New("coordhost: invalid ttl")
+	ErrInvalidTTL = base.ErrInvalidTTL
 
 	// ErrWrongType means the key already holds a value of a type the
 	// primitive does not manage (Redis WRONGTYPE). Nothing was written.
-	ErrWrongType = errors.New("coordhost: key holds a value of the wrong type")
+	ErrWrongType = base.ErrWrongType
 
 	// ErrCorruptCounter means a fencing counter exists but is not a plain
 	// non-negative decimal integer, has a TTL, or would overflow int64.
 	// Nothing was written.
-	ErrCorruptCounter = errors.New("coordhost: fencing counter is unusable")
+	ErrCorruptCounter = base.ErrCorruptCounter
 
 	// ErrClosed means the primitive (not the client) has been closed.
-	ErrClosed = errors.New("coordhost: closed")
+	ErrClosed = base.ErrClosed
+
+	// ErrUncertain means the outcome of a command is unknown: its reply was
+	// lost, it timed out, or the caller's context ended after it was sent.
+	// An acquire with this error is not held (it was settled: released
+	// best effort, or fenced and released); a renew or release with it
+	// closed the handle (Done), and a later Release settles it.
+	ErrUncertain = base.ErrUncertain
+
+	// ErrUnsupported means the server lacks a command or feature the call
+	// needs (e.g. hash-field expiry before Redis 7.4). Nothing was written;
+	// the error names the feature and the server's version.
+	ErrUnsupported = base.ErrUnsupported
+
+	// ErrNoPermission means the server refused, by ACL, a command the call
+	// needs (e.g. CLIENT INFO and CLIENT KILL to fence an uncertain
+	// outcome); the error names the rules to grant.
+	ErrNoPermission = base.ErrNoPermission
 )

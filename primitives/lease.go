@@ -3,34 +3,28 @@ package primitives
 import (
 	"context"
 	"time"
+
+	"github.com/coordhost/coordhost/primitives/internal/base"
 )
 
-// ReleaseResult says what an owner-checked release found on the server.
-type ReleaseResult int
+// ReleaseResult says what an owner-checked release found on the server:
+// Released (this call deleted the caller's own lease), AlreadyReleased
+// (nothing left to delete: released earlier through this handle, or
+// expired and free) or NotOwned (another owner holds the key; nothing was
+// deleted).
+type ReleaseResult = base.ReleaseResult
 
+// The release results.
 const (
 	// Released means this call deleted the caller's own lease.
-	Released ReleaseResult = iota + 1
+	Released = base.Released
 	// AlreadyReleased means there was nothing left to delete: the lease was
 	// released earlier through this handle or has expired and nobody holds
 	// it now.
-	AlreadyReleased
+	AlreadyReleased = base.AlreadyReleased
 	// NotOwned means another owner holds the key; nothing was deleted.
-	NotOwned
+	NotOwned = base.NotOwned
 )
-
-// String returns the result's name.
-func (r ReleaseResult) String() string {
-	switch r {
-	case Released:
-		return "Released"
-	case AlreadyReleased:
-		return "AlreadyReleased"
-	case NotOwned:
-		return "NotOwned"
-	}
-	return "ReleaseResult(0)"
-}
 
 // Lease is a granted lock, lease or permit. All methods are safe for
 // concurrent use.

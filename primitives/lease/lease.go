@@ -46,6 +46,7 @@ import (
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/policies/builtin"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
@@ -239,7 +240,7 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 	d, ms, err := handle.Millis(ttl)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: lease: %w", primitives.ErrInvalidTTL, err)
+		return 0, "", fmt.Errorf("lease: %w", err)
 	}
 	return d, ms, nil
 }
@@ -287,7 +288,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 				return nil, 0, fmt.Errorf("lease %q: %w", r.key, ctx.Err())
 			}
 			// Nothing was sent yet: safe to retry.
-			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "no connection, nothing sent", Err: err}
+			return nil, 0, &base.Uncertain{Name: fmt.Sprintf("lease %q", r.key), Op: "acquire", Settled: "no connection, nothing sent", Err: err}
 		}
 		conn, id, addr, laddr = fc, fc.ID, fc.Addr, fc.LAddr
 	}
@@ -305,12 +306,12 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 			if ferr := ls.settle(ctx, r, id, addr, laddr); ferr != nil {
 				return nil, 0, fmt.Errorf("lease %q field %q: acquire outcome unknown and could not be settled: %w (%w)", r.key, r.field, ferr, err)
 			}
-			return nil, 0, &handle.UncertainAcquire{Name: fmt.Sprintf("lease %q", r.key), Settled: "fenced and released", Err: err}
+			return nil, 0, &base.Uncertain{Name: fmt.Sprintf("lease %q", r.key), Op: "acquire", Settled: "fenced and released", Err: err}
 		}
 		if fc != nil {
 			ls.fences.Put(fc)
 		}
-		return nil, 0, mapScriptErr(r.key, err)
+		return nil, 0, mapScriptErr(fmt.Sprintf("lease %q", r.key), err)
 	}
 	if fc != nil {
 		ls.fences.Put(fc)
@@ -326,12 +327,13 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 		}
 		return nil, time.Duration(pttl) * time.Millisecond, nil
 	}
-	st := handle.New(sent, r.ttl)
-	if st.Remaining() == 0 {
+	l := &Lease{}
+	l.h.Init(ls.client, nil, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
+	if l.h.Expired() {
 		ls.release(ctx, r)
-		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lease %q", r.key), NotAcquired: primitives.ErrNotAcquired}
+		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lease %q", r.key)}
 	}
-	return &Lease{client: ls.client, key: r.key, field: r.field, token: r.token, channel: r.channel, state: st}, 0, nil
+	return l, 0, nil
 }
 
 // settle fences the connection the uncertain command went out on, then
@@ -354,17 +356,4 @@ func (ls *Leases) release(ctx context.Context, r *request) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
 	defer cancel()
 	return releaseScript.Run(ctx, ls.client, []string{r.key}, []string{r.field, r.token, r.channel}).Error()
-}
-
-func mapScriptErr(key string, err error) error {
-	var se *script.Error
-	if errors.As(err, &se) {
-		switch se.Code {
-		case script.CodeWrongType:
-			return fmt.Errorf("lease %q: %w", key, primitives.ErrWrongType)
-		case script.CodeKeyTTL:
-			return fmt.Errorf("lease %q: %w", key, ErrHashHasTTL)
-		}
-	}
-	return fmt.Errorf("lease %q: %w", key, err)
 }

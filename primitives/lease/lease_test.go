@@ -286,7 +286,10 @@ func TestWaitersPerField(t *testing.T) {
 		}
 	}
 	t.Logf("%d script calls for %d f1 handoffs", evals, n)
-	if evals > 5*n {
+	// Per handoff: the release, the new head's attempt, and the f2 head's
+	// attempt on the hash's invalidation, plus the odd extra wake (60–100
+	// measured); without coalescing every f1 waiter attempts (400+).
+	if evals > 8*n {
 		t.Fatalf("%d script calls for %d handoffs: waiters are not coalesced", evals, n)
 	}
 	f2.Release(ctx)

@@ -3,13 +3,13 @@ package lock
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
 	"github.com/coordhost/coordhost/primitives/internal/script"
@@ -112,12 +112,11 @@ func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, 
 	return r, nil
 }
 
-// leaseMillis rounds ttl up to whole milliseconds; PX 0 would delete the
-// key, so anything below 1ms is refused.
+// leaseMillis rounds ttl up to whole milliseconds (handle.Millis).
 func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 	d, ms, err := handle.Millis(ttl)
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: lock: %w", primitives.ErrInvalidTTL, err)
+		return 0, "", fmt.Errorf("lock: %w", err)
 	}
 	return d, ms, nil
 }
@@ -185,7 +184,7 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 			l.settle(ctx, c, r, l.freshQueueEntry)
 			return nil, 0, uncertain(r.key, err)
 		}
-		return nil, 0, mapScriptErr(r.key, err)
+		return nil, 0, handle.MapScriptErr(fmt.Sprintf("lock %q", r.key), err)
 	}
 	flag, err := vals[0].AsInt64()
 	if err != nil {
@@ -214,32 +213,21 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 
 // granted builds the handle for a grant whose command was sent at sent.
 func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
-	st := handle.New(sent, r.ttl)
-	if st.Remaining() == 0 {
+	lk := &Lock{fence: fence}
+	lk.h.Init(l.client, nil, r.key, r.token, lockOps{key: r.key, channel: r.channel}, sent, r.ttl)
+	if lk.h.Expired() {
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.
 		l.settle(ctx, c, r, false)
-		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key), NotAcquired: primitives.ErrNotAcquired}
+		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key)}
 	}
-	return &Lock{client: l.client, key: r.key, token: r.token, channel: r.channel, fence: fence, state: st}, 0, nil
+	return lk, 0, nil
 }
 
 func uncertain(key string, err error) error {
-	return &handle.UncertainAcquire{Name: fmt.Sprintf("lock %q", key), Settled: "released best effort", Err: err}
+	return &base.Uncertain{Name: fmt.Sprintf("lock %q", key), Op: "acquire", Settled: "released best effort", Err: err}
 }
 
-func mapScriptErr(key string, err error) error {
-	var se *script.Error
-	if errors.As(err, &se) {
-		switch se.Code {
-		case script.CodeWrongType:
-			return fmt.Errorf("lock %q: %w", key, primitives.ErrWrongType)
-		case script.CodeBadCounter:
-			return fmt.Errorf("lock %q: %w: %s", key, primitives.ErrCorruptCounter, se.Msg)
-		}
-	}
-	return fmt.Errorf("lock %q: %w", key, err)
-}
 
 func notAcquired(key string, holderTTL time.Duration) error {
 	if holderTTL == -2*time.Millisecond {

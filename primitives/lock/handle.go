@@ -2,35 +2,28 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
-	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/redis/rueidis"
 )
 
 // Lock is a granted lock. All methods are safe for concurrent use; copies
 // of a *Lock share one state.
 type Lock struct {
-	client  rueidis.Client
-	key     string
-	token   string
-	channel string
-	fence   int64
-	state   *handle.State
-	watch   *watch // reports to Options.Observer; nil without one (observe.go)
+	h     handle.Handle[lockOps]
+	fence int64
 }
 
 var _ primitives.Lease = (*Lock)(nil)
 
 // Key returns the lock's Redis key, prefix included.
-func (l *Lock) Key() string { return l.key }
+func (l *Lock) Key() string { return l.h.Key() }
 
 // Token returns the random ownership token stored at the key.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string { return l.h.Token() }
 
 // FencingToken returns the counter value this grant received; 0 when
 // fencing is off. It is greater than every earlier grant's on the same key
@@ -43,109 +36,65 @@ func (l *Lock) FencingToken() int64 { return l.fence }
 // Remaining returns the local estimate of the time left, measured from
 // before the acquire (or last accepted renewal) was sent, so it never
 // exceeds the server's TTL. Zero once lost or released.
-func (l *Lock) Remaining() time.Duration { return l.state.Remaining() }
+func (l *Lock) Remaining() time.Duration { return l.h.Remaining() }
 
 // Done is closed when the estimate runs out, ownership is found lost or
 // becomes uncertain, or the lock is released. Protected work should stop
 // when it closes. Closing is final.
-func (l *Lock) Done() <-chan struct{} { return l.state.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.h.Done() }
 
 // Renew sets the lock's TTL to ttl from now if this handle still owns it.
 // It returns false without a round trip when the estimate has already run
 // out or the lock was lost or released; false after a round trip when
 // another owner holds the key (the handle is then lost). A transport error
 // or cancellation leaves the outcome unknown: the handle fails closed (Done
-// closes, later renewals return false) and the error is returned. ttl
-// follows the rules of Locker.TryAcquire (at most MaxTTL).
+// closes, later renewals return false) and the error, matching
+// primitives.ErrUncertain, is returned. ttl follows the rules of
+// Locker.TryAcquire (at most MaxTTL); a bad ttl or a context already done
+// sends nothing.
 func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
-	ttl, ms, err := leaseMillis(ttl)
-	if err != nil {
-		return false, err
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err // nothing sent
-	}
-	live := l.watch.renewing(l)
-	ok, err := l.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
-		return renewScript.Run(ctx, l.client, []string{l.key}, []string{l.token, ms}).AsInt64()
-	})
-	l.watch.renewed(l, live, ok, err)
-	return ok, l.explain("renew", renewScript, err)
+	return l.h.Renew(ctx, ttl)
 }
 
-// Verify asks the server whether this handle still owns the lock. A false
-// answer marks the handle lost. Errors leave the handle as it was.
-func (l *Lock) Verify(ctx context.Context) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	ok, err := l.state.Verify(ctx, l.token, func(ctx context.Context) (string, error) {
-		return l.client.Do(ctx, l.client.B().Get().Key(l.key).Build()).ToString()
-	})
-	l.watch.verified(l, ok, err)
-	if err != nil {
-		err = fmt.Errorf("lock %q: verify: %w", l.key, err)
-	}
-	return ok, err
-}
+// Verify asks the server whether this handle still owns the lock: false
+// (without an error) when the key is gone, holds another token, or holds a
+// value of another type. A false answer marks the handle lost. Errors leave
+// the handle as it was.
+func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.h.Verify(ctx) }
 
 // Release deletes the lock if this handle still owns it and announces the
 // release on the key's channel (fire and forget). It returns
 // primitives.Released, primitives.AlreadyReleased (released before through
 // this handle, or expired and free) or primitives.NotOwned (another owner
-// holds it; nothing deleted). A transport error or cancellation returns the
-// error and closes Done; calling Release again settles ownership.
+// holds it; nothing deleted). A transport error or cancellation returns an
+// error matching primitives.ErrUncertain and closes Done; calling Release
+// again settles ownership.
 func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
-	if l.state.IsReleased() {
-		return primitives.AlreadyReleased, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, err // nothing sent
-	}
-	gone := l.watch.releasing(l)
-	n, err := l.state.Release(ctx, func(ctx context.Context) (int64, error) {
-		return releaseScript.Run(ctx, l.client, []string{l.key}, []string{l.token, l.channel}).AsInt64()
-	})
-	l.watch.released(l, gone, n, err)
-	if err != nil {
-		return 0, l.explain("release", releaseScript, err)
-	}
-	return releaseResult(n), nil
-}
-
-// releaseResult maps the release scripts' answer.
-func releaseResult(n int64) primitives.ReleaseResult {
-	switch n {
-	case 1:
-		return primitives.Released
-	case 0:
-		return primitives.AlreadyReleased
-	}
-	return primitives.NotOwned
-}
-
-// explain annotates an error of op: an unknown outcome says the handle
-// closed; a server answer is mapped to the package's sentinels.
-func (l *Lock) explain(op string, sc *script.Script, err error) error {
-	if err == nil {
-		return nil
-	}
-	err = sc.Classify(err)
-	if script.IsUncertain(err) {
-		return fmt.Errorf("lock %q: %s outcome unknown, handle closed: %w", l.key, op, err)
-	}
-	return mapScriptErr(l.key, err)
+	return l.h.Release(ctx)
 }
 
 // Close releases the lock best effort within DefaultCloseTimeout. It never
 // deletes another owner's lock and is idempotent; it returns an error only
 // when the release outcome stayed unknown.
-func (l *Lock) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultCloseTimeout)
-	defer cancel()
-	_, err := l.Release(ctx)
-	if errors.Is(err, primitives.ErrWrongType) {
-		return nil
-	}
-	return err
+func (l *Lock) Close() error { return l.h.Close() }
+
+// lockOps are a lock's owner-checked operations (handle.Ops).
+type lockOps struct{ key, channel string }
+
+func (o lockOps) Describe() string { return fmt.Sprintf("lock %q", o.key) }
+
+func (o lockOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
+	n, err := renewScript.Run(ctx, c, []string{o.key}, []string{token, ms}).AsInt64()
+	return n, renewScript.Classify(err)
 }
+
+func (o lockOps) Release(ctx context.Context, c rueidis.Client, token string) (int64, error) {
+	n, err := releaseScript.Run(ctx, c, []string{o.key}, []string{token, o.channel}).AsInt64()
+	return n, releaseScript.Classify(err)
+}
+
+func (o lockOps) Owner(ctx context.Context, c rueidis.Client) (string, error) {
+	return c.Do(ctx, c.B().Get().Key(o.key).Build()).ToString()
+}
+
+func (o lockOps) Explain(err error) error { return handle.MapScriptErr(o.Describe(), err) }

@@ -2,11 +2,11 @@ package lock
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/base"
+	"github.com/coordhost/coordhost/primitives/internal/handle"
 )
 
 // Observer is told about a Locker's acquisitions and about the life of the
@@ -45,119 +45,73 @@ type Observer interface {
 }
 
 // AcquireOutcome classifies an acquisition for Observer.ObserveAcquire.
-type AcquireOutcome uint8
+// Its String gives the metric label: "acquired", "not_acquired",
+// "gave_up", "cancelled", "deadline_exceeded", "closed" or "error".
+type AcquireOutcome = base.AcquireOutcome
 
 // The acquisition outcomes.
 const (
 	// AcquireAcquired: the lock was granted.
-	AcquireAcquired AcquireOutcome = iota
+	AcquireAcquired = base.AcquireAcquired
 	// AcquireNotAcquired: TryAcquire found the lock held (or, with FIFO,
 	// earlier waiters queued), or the grant arrived too late.
-	AcquireNotAcquired
+	AcquireNotAcquired = base.AcquireNotAcquired
 	// AcquireGaveUp: Acquire's retry policy gave up.
-	AcquireGaveUp
+	AcquireGaveUp = base.AcquireGaveUp
 	// AcquireCancelled: the caller's context was cancelled.
-	AcquireCancelled
+	AcquireCancelled = base.AcquireCancelled
 	// AcquireDeadlineExceeded: the caller's context deadline passed.
-	AcquireDeadlineExceeded
+	AcquireDeadlineExceeded = base.AcquireDeadlineExceeded
 	// AcquireClosed: the Locker was closed while the call waited.
-	AcquireClosed
+	AcquireClosed = base.AcquireClosed
 	// AcquireError: any other error (transport, unknown outcome, a key of
 	// the wrong type, an unusable fencing counter).
-	AcquireError
+	AcquireError = base.AcquireError
 )
 
-// String returns the outcome's name, suitable as a metric label:
-// "acquired", "not_acquired", "gave_up", "cancelled", "deadline_exceeded",
-// "closed" or "error".
-func (o AcquireOutcome) String() string {
-	switch o {
-	case AcquireAcquired:
-		return "acquired"
-	case AcquireNotAcquired:
-		return "not_acquired"
-	case AcquireGaveUp:
-		return "gave_up"
-	case AcquireCancelled:
-		return "cancelled"
-	case AcquireDeadlineExceeded:
-		return "deadline_exceeded"
-	case AcquireClosed:
-		return "closed"
-	}
-	return "error"
-}
-
-// RenewOutcome classifies a renewal for Observer.ObserveRenew.
-type RenewOutcome uint8
+// RenewOutcome classifies a renewal for Observer.ObserveRenew. Its String
+// gives "renewed", "lost" or "error".
+type RenewOutcome = base.RenewOutcome
 
 // The renewal outcomes.
 const (
 	// RenewRenewed: the server extended the lock.
-	RenewRenewed RenewOutcome = iota
+	RenewRenewed = base.RenewRenewed
 	// RenewLost: Renew returned false: the server refused (another owner
 	// or no key), or the handle's estimate had run out or it was lost
 	// before (no round trip).
-	RenewLost
+	RenewLost = base.RenewLost
 	// RenewError: Renew returned an error; the outcome is unknown and the
 	// handle failed closed.
-	RenewError
+	RenewError = base.RenewError
 )
 
-// String returns "renewed", "lost" or "error".
-func (o RenewOutcome) String() string {
-	switch o {
-	case RenewRenewed:
-		return "renewed"
-	case RenewLost:
-		return "lost"
-	}
-	return "error"
-}
-
-// LostReason says how a handle found its ownership gone.
-type LostReason uint8
+// LostReason says how a handle found its ownership gone. Its String gives
+// the metric label: "renew_refused", "renew_uncertain", "verify",
+// "expired", "release_not_owned" or "release_absent".
+type LostReason = base.LostReason
 
 // The reasons, in the order a handle can find them.
 const (
 	// LostRenewRefused: a renewal, sent while the estimate still ran, was
 	// refused by the server (another owner holds the key, or none does).
-	LostRenewRefused LostReason = iota
+	LostRenewRefused = base.LostRenewRefused
 	// LostRenewUncertain: a renewal's outcome is unknown (transport error,
 	// cancellation); the handle failed closed.
-	LostRenewUncertain
+	LostRenewUncertain = base.LostRenewUncertain
 	// LostVerify: Verify found another owner or no key.
-	LostVerify
+	LostVerify = base.LostVerify
 	// LostExpired: the local estimate had run out when Renew or Release
 	// was called, whatever the server then answered.
-	LostExpired
+	LostExpired = base.LostExpired
 	// LostReleaseNotOwned: Release, called while the estimate still ran,
 	// found another owner.
-	LostReleaseNotOwned
+	LostReleaseNotOwned = base.LostReleaseNotOwned
 	// LostReleaseAbsent: Release, called while the estimate still ran,
 	// found no key although this handle had not released it (deleted or
 	// expired on the server).
-	LostReleaseAbsent
+	LostReleaseAbsent = base.LostReleaseAbsent
 )
-
-// String returns the reason's name, suitable as a metric label:
-// "renew_refused", "renew_uncertain", "verify", "expired",
-// "release_not_owned" or "release_absent".
-func (r LostReason) String() string {
-	switch r {
-	case LostRenewRefused:
-		return "renew_refused"
-	case LostRenewUncertain:
-		return "renew_uncertain"
-	case LostVerify:
-		return "verify"
-	case LostExpired:
-		return "expired"
-	case LostReleaseNotOwned:
-		return "release_not_owned"
-	}
-	return "release_absent"
-}
 
 // observe runs one validated acquisition through fn and reports it.
 func (l *Locker) observe(ctx context.Context, req *request, waits bool, fn func(*Locker, context.Context, *request) (*Lock, error)) (*Lock, error) {
@@ -168,169 +122,22 @@ func (l *Locker) observe(ctx context.Context, req *request, waits bool, fn func(
 	lk, err := fn(l, ctx, req)
 	wait := time.Since(start)
 	if lk != nil {
-		lk.watch = &watch{o: l.obs, granted: time.Now()}
+		lk.h.Observe(reporter{o: l.obs, l: lk}, time.Now())
 	}
-	l.obs.ObserveAcquire(req.key, acquireOutcome(ctx, waits, err), wait, err)
+	l.obs.ObserveAcquire(req.key, handle.AcquireOutcomeOf(ctx, waits, err), wait, err)
 	return lk, err
 }
 
-func acquireOutcome(ctx context.Context, waits bool, err error) AcquireOutcome {
-	cerr := ctx.Err()
-	switch {
-	case err == nil:
-		return AcquireAcquired
-	case errors.Is(err, primitives.ErrClosed):
-		return AcquireClosed
-	case cerr != nil && errors.Is(err, cerr):
-		if errors.Is(cerr, context.DeadlineExceeded) {
-			return AcquireDeadlineExceeded
-		}
-		return AcquireCancelled
-	case errors.Is(err, primitives.ErrNotAcquired):
-		if waits {
-			return AcquireGaveUp
-		}
-		return AcquireNotAcquired
-	}
-	return AcquireError
+// reporter adapts an Observer to the handle's reports about one Lock.
+type reporter struct {
+	o Observer
+	l *Lock
 }
 
-// watch is what a granted Lock needs to report to its Observer; nil when
-// the Locker has none. Each method the Lock calls is a nil check that
-// inlines; the work is in its *Slow twin.
-type watch struct {
-	o       Observer
-	granted time.Time
+func (r reporter) Renewed(o RenewOutcome, err error) { r.o.ObserveRenew(r.l, o, err) }
 
-	mu      sync.Mutex
-	lost    bool // ObserveLost was called
-	pending int  // Release calls between releasing and released
-	freed   bool // a release answered Released
-	// unsure: a release failed with an unknown outcome (its script may
-	// have deleted the key), so later answers say nothing about a loss.
-	unsure bool
+func (r reporter) Released(res primitives.ReleaseResult, held time.Duration, err error) {
+	r.o.ObserveRelease(r.l, res, held, err)
 }
 
-// renewing reports, before a Renew is sent, whether the handle could still
-// renew: not lost, not released, estimate running.
-func (w *watch) renewing(l *Lock) bool {
-	return w != nil && w.renewingSlow(l)
-}
-
-func (w *watch) renewingSlow(l *Lock) bool { return l.state.CanRenew(time.Now()) }
-
-// renewed reports a Renew's result; live is what renewing said before it.
-func (w *watch) renewed(l *Lock, live, ok bool, err error) {
-	if w != nil {
-		w.renewedSlow(l, live, ok, err)
-	}
-}
-
-func (w *watch) renewedSlow(l *Lock, live, ok bool, err error) {
-	switch {
-	case ok:
-		w.o.ObserveRenew(l, RenewRenewed, nil)
-	case l.state.IsReleased():
-		// Renewing a released lock is the caller's slip, not a renewal.
-	case err != nil:
-		w.o.ObserveRenew(l, RenewError, err)
-		if live && !l.state.CanRenew(time.Now()) {
-			// The renewal was sent and failed closed (an error before
-			// sending leaves the handle renewable).
-			w.lose(l, LostRenewUncertain)
-		}
-	default:
-		w.o.ObserveRenew(l, RenewLost, nil)
-		if live {
-			w.lose(l, LostRenewRefused)
-		} else {
-			w.lose(l, LostExpired) // or lost before: reported then
-		}
-	}
-}
-
-// verified reports a Verify's result.
-func (w *watch) verified(l *Lock, ok bool, err error) {
-	if w != nil && !ok && err == nil {
-		w.verifiedSlow(l)
-	}
-}
-
-func (w *watch) verifiedSlow(l *Lock) {
-	if !l.state.IsReleased() {
-		w.lose(l, LostVerify)
-	}
-}
-
-// releasing counts a Release about to be sent and reports whether the
-// handle's estimate had already run out (or it was lost).
-func (w *watch) releasing(l *Lock) (gone bool) {
-	return w != nil && w.releasingSlow(l)
-}
-
-func (w *watch) releasingSlow(l *Lock) (gone bool) {
-	gone = l.state.Remaining() == 0
-	w.mu.Lock()
-	w.pending++
-	w.mu.Unlock()
-	return gone
-}
-
-// released reports a Release's result: n is the script's answer (1
-// released, 0 absent, -1 another owner's); gone is what releasing said.
-func (w *watch) released(l *Lock, gone bool, n int64, err error) {
-	if w != nil {
-		w.releasedSlow(l, gone, n, err)
-	}
-}
-
-func (w *watch) releasedSlow(l *Lock, gone bool, n int64, err error) {
-	held := time.Since(w.granted)
-	w.mu.Lock()
-	w.pending--
-	var lost bool
-	switch {
-	case err != nil:
-		w.unsure = true
-	case n == 1:
-		w.freed = true
-		lost = gone // released, but only after the estimate ran out
-	case w.pending > 0 || w.freed:
-		// A concurrent Release of this handle deleted the key (or is
-		// still settling): this call's "absent" (or "another owner's",
-		// if someone took the lock in between) is its echo. The last
-		// call to settle judges the loss.
-	default:
-		lost = true
-	}
-	lost = lost && !w.unsure && !w.lost
-	w.lost = w.lost || lost
-	w.mu.Unlock()
-	if err != nil {
-		w.o.ObserveRelease(l, 0, held, err)
-		return
-	}
-	w.o.ObserveRelease(l, releaseResult(n), held, nil)
-	if lost {
-		switch {
-		case gone:
-			w.o.ObserveLost(l, LostExpired)
-		case n < 0:
-			w.o.ObserveLost(l, LostReleaseNotOwned)
-		default:
-			w.o.ObserveLost(l, LostReleaseAbsent)
-		}
-	}
-}
-
-// lose reports a loss unless one was reported already, or a release with
-// an unknown outcome may explain it.
-func (w *watch) lose(l *Lock, reason LostReason) {
-	w.mu.Lock()
-	report := !w.lost && !w.unsure
-	w.lost = true
-	w.mu.Unlock()
-	if report {
-		w.o.ObserveLost(l, reason)
-	}
-}
+func (r reporter) Lost(reason LostReason) { r.o.ObserveLost(r.l, reason) }

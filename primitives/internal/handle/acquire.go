@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 )
 
@@ -50,8 +51,7 @@ func Acquire[T any](ctx context.Context, e *wait.Engine, req wait.Request, alway
 		switch {
 		case err != nil && Retryable(ctx, err):
 			fresh()
-			var unknown *UncertainAcquire
-			return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.As(err, &unknown)}
+			return wait.Outcome{}, &wait.Retryable{Err: err, Uncertain: errors.Is(err, base.ErrUncertain)}
 		case err != nil:
 			return wait.Outcome{}, err
 		case g != nil:

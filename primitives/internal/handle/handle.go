@@ -1,152 +1,214 @@
-// Package handle keeps the local state every lease-like handle shares: the
-// ownership estimate measured from before a command was sent, the Done
-// channel, and the fail-closed rules for uncertain outcomes (DESIGN.md §4.1).
 package handle
 
 import (
-	"sync"
+	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/coordhost/coordhost/primitives/internal/base"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
+	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/redis/rueidis"
 )
 
-// State is the local view of one granted lease. Safe for concurrent use.
-//
-// The Done channel and its timer are made on the first call to Done: most
-// handles are released without anyone watching Done, and a timer per grant
-// is a measurable share of an uncontended acquire+release cycle.
-type State struct {
-	mu       sync.Mutex
-	deadline time.Time // local estimate of the server-side expiry
-	lastSent time.Time // send time of the latest renewal applied
-	done     chan struct{}
-	timer    *time.Timer
-	over     bool // Done is (or, once made, will be) closed: final
-	lost     bool // ownership lost or uncertain: renewals are refused locally
-	released bool // released through this handle
+// CloseTimeout bounds Handle.Close's best-effort release.
+const CloseTimeout = 2 * time.Second
+
+// Ops are one primitive's owner-checked operations on one granted lease:
+// what a Handle needs besides its local state. Implementations are small
+// values (the keys and channel of the lease) held by the Handle.
+type Ops interface {
+	// Describe names the lease in errors, e.g. `lock "k"`.
+	Describe() string
+	// Renew sets the lease to ms milliseconds from now if token owns it,
+	// in one script: 1 renewed, 0 not owned. Errors come back classified
+	// (script.Classify) or as transport errors.
+	Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error)
+	// Release deletes the lease if token owns it and announces the
+	// release: 1 released, 0 absent, -1 another owner's.
+	Release(ctx context.Context, c rueidis.Client, token string) (int64, error)
+	// Owner reads the token that owns the lease now. A Redis nil or
+	// WRONGTYPE means none; so does "" (a lease the primitive finds it
+	// cannot rely on).
+	Owner(ctx context.Context, c rueidis.Client) (string, error)
+	// Explain maps a classified script error to the primitive's public
+	// error (see MapScriptErr for the common cases).
+	Explain(err error) error
 }
 
-// New starts the estimate at sent+ttl, where sent was read before the
-// acquire command was written.
-func New(sent time.Time, ttl time.Duration) *State {
-	s := &State{deadline: sent.Add(ttl)}
-	if !time.Now().Before(s.deadline) {
-		s.over, s.lost = true, true
-	}
-	return s
+// Handle is the one implementation of the primitives.Lease contract:
+// Renew, Verify, Release, Close, Done, Remaining, with the fail-closed
+// rules for uncertain outcomes and renewals applied in send order. Public
+// handle types hold one and forward to it. Initialise it with Init; use
+// it through a pointer; safe for concurrent use.
+type Handle[O Ops] struct {
+	ops    O
+	client rueidis.Client
+	key    string
+	token  string
+	state  State
+	watch  *Watch // nil without an observer
 }
+
+// Init sets up h for a grant of token at key, whose command was sent at
+// sent (read from clk, nil meaning the system clock) for ttl.
+func (h *Handle[O]) Init(c rueidis.Client, clk clock.Clock, key, token string, ops O, sent time.Time, ttl time.Duration) {
+	h.client, h.key, h.token, h.ops = c, key, token, ops
+	h.state.Init(clk, sent, ttl)
+}
+
+// Observe makes h report to r; call it right after Init, before h is
+// shared.
+func (h *Handle[O]) Observe(r Reporter, granted time.Time) {
+	h.watch = &Watch{r: r, granted: granted}
+}
+
+// Ops returns the handle's operations value.
+func (h *Handle[O]) Ops() *O { return &h.ops }
+
+// Key returns the lease's Redis key.
+func (h *Handle[O]) Key() string { return h.key }
+
+// Token returns the ownership token.
+func (h *Handle[O]) Token() string { return h.token }
+
+// Remaining returns the local estimate of the time left.
+func (h *Handle[O]) Remaining() time.Duration { return h.state.Remaining() }
 
 // Done is closed when the estimate runs out, ownership is lost or
-// uncertain, or the lease is released. Closing is final.
-func (s *State) Done() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		s.done = make(chan struct{})
-		if s.over || !time.Now().Before(s.deadline) {
-			s.over = true
-			close(s.done)
-		} else {
-			s.timer = time.AfterFunc(time.Until(s.deadline), s.expire)
+// uncertain, or the lease is released.
+func (h *Handle[O]) Done() <-chan struct{} { return h.state.Done() }
+
+// Expired reports whether the local estimate has run out (or the handle
+// was lost or released).
+func (h *Handle[O]) Expired() bool { return h.state.Remaining() == 0 }
+
+// Renew sets the lease to ttl from now if this handle still owns it; see
+// lock.Lock.Renew for the contract every handle documents.
+func (h *Handle[O]) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	if ctx == nil {
+		return false, fmt.Errorf("%w: %s: renew: nil context", base.ErrInvalidOptions, h.ops.Describe())
+	}
+	ttl, ms, err := Millis(ttl)
+	if err != nil {
+		return false, fmt.Errorf("%s: renew: %w", h.ops.Describe(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err // nothing sent
+	}
+	live := h.watch.renewing(&h.state)
+	ok, err := h.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
+		return h.ops.Renew(ctx, h.client, h.token, ms)
+	})
+	h.watch.renewed(&h.state, live, ok, err)
+	return ok, h.explain("renew", err)
+}
+
+// Verify asks the server whether this handle still owns the lease. A false
+// answer marks the handle lost. Errors leave the handle as it was.
+func (h *Handle[O]) Verify(ctx context.Context) (bool, error) {
+	if ctx == nil {
+		return false, fmt.Errorf("%w: %s: verify: nil context", base.ErrInvalidOptions, h.ops.Describe())
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ok, err := h.state.Verify(ctx, h.token, func(ctx context.Context) (string, error) {
+		return h.ops.Owner(ctx, h.client)
+	})
+	h.watch.verified(&h.state, ok, err)
+	if err != nil {
+		return false, fmt.Errorf("%s: verify: %w", h.ops.Describe(), err)
+	}
+	return ok, nil
+}
+
+// Release deletes the lease if this handle still owns it: Released,
+// AlreadyReleased or NotOwned. An unknown outcome returns an error
+// matching base.ErrUncertain and closes Done; calling Release again
+// settles it.
+func (h *Handle[O]) Release(ctx context.Context) (base.ReleaseResult, error) {
+	if ctx == nil {
+		return 0, fmt.Errorf("%w: %s: release: nil context", base.ErrInvalidOptions, h.ops.Describe())
+	}
+	if h.state.IsReleased() {
+		return base.AlreadyReleased, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // nothing sent
+	}
+	gone := h.watch.releasing(&h.state)
+	n, err := h.state.Release(ctx, func(ctx context.Context) (int64, error) {
+		return h.ops.Release(ctx, h.client, h.token)
+	})
+	h.watch.released(&h.state, gone, n, err)
+	if err != nil {
+		return 0, h.explain("release", err)
+	}
+	return base.ReleaseResultOf(n), nil
+}
+
+// Close releases the lease best effort within CloseTimeout; it never
+// deletes another owner's lease, is idempotent, and returns an error only
+// when the outcome stayed unknown.
+func (h *Handle[O]) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	_, err := h.Release(ctx)
+	if errors.Is(err, base.ErrWrongType) {
+		return nil
+	}
+	return err
+}
+
+// explain annotates an error of op: an unknown outcome says the handle
+// closed; a server answer is mapped by the primitive.
+func (h *Handle[O]) explain(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if script.IsUncertain(err) {
+		return &base.Uncertain{Name: h.ops.Describe(), Op: op, Settled: "handle closed", Err: err}
+	}
+	return h.ops.Explain(err)
+}
+
+// MapScriptErr maps the script errors every primitive shares: WRONGTYPE
+// to base.ErrWrongType and COORDHOST_BADCOUNTER to base.ErrCorruptCounter,
+// naming the lease; anything else is wrapped as it is.
+func MapScriptErr(name string, err error) error {
+	var se *script.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case script.CodeWrongType:
+			return fmt.Errorf("%s: %w", name, base.ErrWrongType)
+		case script.CodeBadCounter:
+			return fmt.Errorf("%s: %w: %s", name, base.ErrCorruptCounter, se.Msg)
 		}
 	}
-	return s.done
+	return fmt.Errorf("%s: %w", name, err)
 }
 
-func (s *State) expire() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.over && !time.Now().Before(s.deadline) {
-		s.finishLocked()
-	} else if !s.over {
-		s.timer.Reset(time.Until(s.deadline))
+// AcquireOutcomeOf classifies an acquisition's result for an observer;
+// waits says whether the call could wait (Acquire, not TryAcquire).
+func AcquireOutcomeOf(ctx context.Context, waits bool, err error) base.AcquireOutcome {
+	cerr := ctx.Err()
+	switch {
+	case err == nil:
+		return base.AcquireAcquired
+	case errors.Is(err, base.ErrClosed):
+		return base.AcquireClosed
+	case cerr != nil && errors.Is(err, cerr):
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			return base.AcquireDeadlineExceeded
+		}
+		return base.AcquireCancelled
+	case errors.Is(err, base.ErrNotAcquired):
+		if waits {
+			return base.AcquireGaveUp
+		}
+		return base.AcquireNotAcquired
 	}
-}
-
-// finishLocked makes Done closed for good.
-func (s *State) finishLocked() {
-	if s.over && (s.done == nil || isClosed(s.done)) {
-		return
-	}
-	s.over = true
-	if s.done != nil {
-		close(s.done)
-	}
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-}
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// Remaining returns the time left on the estimate, zero once lost or
-// released.
-func (s *State) Remaining() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lost || s.released {
-		return 0
-	}
-	return max(time.Until(s.deadline), 0)
-}
-
-// CanRenew reports whether a renewal may be sent: the handle is neither
-// lost nor released and the estimate has not run out at now.
-func (s *State) CanRenew(now time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.lost && !s.released && now.Before(s.deadline)
-}
-
-// Renewed records a renewal the server accepted; sent was read before the
-// renewal was written. The deadline moves even if Done already closed
-// (closing is final; the server did extend the lease).
-func (s *State) Renewed(sent time.Time, ttl time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.released || sent.Before(s.lastSent) {
-		// An older renewal answered after a newer one: the server holds
-		// the newer one's TTL.
-		return
-	}
-	s.lastSent = sent
-	if !s.over && !time.Now().Before(s.deadline) {
-		// The estimate ran out while the renewal was in flight: Done
-		// closes now even if nobody had asked for it yet.
-		s.finishLocked()
-	}
-	s.deadline = sent.Add(ttl)
-	if !s.over && s.timer != nil {
-		s.timer.Reset(time.Until(s.deadline))
-	}
-}
-
-// Lost records that ownership is gone or uncertain: Done closes and later
-// renewals are refused without a round trip.
-func (s *State) Lost() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lost = true
-	s.finishLocked()
-}
-
-// Released records a settled release (Released, AlreadyReleased or
-// NotOwned): Done closes and later releases answer locally.
-func (s *State) Released() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.released = true
-	s.finishLocked()
-}
-
-// IsReleased reports whether a release through this handle has settled.
-func (s *State) IsReleased() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.released
+	return base.AcquireError
 }

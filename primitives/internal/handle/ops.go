@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/coordhost/coordhost/lua"
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/redis/rueidis"
 )
 
@@ -20,13 +20,14 @@ import (
 const MaxTTL = time.Duration(lua.MaxTTLMillis) * time.Millisecond
 
 // Millis rounds ttl up to whole milliseconds, the unit Redis stores. Below
-// 1ms it fails (PX 0 would delete the key), and above MaxTTL.
+// 1ms (PX 0 would delete the key) and above MaxTTL it fails with an error
+// matching base.ErrInvalidTTL.
 func Millis(ttl time.Duration) (time.Duration, string, error) {
 	if ttl < time.Millisecond {
-		return 0, "", fmt.Errorf("%v is below 1ms", ttl)
+		return 0, "", fmt.Errorf("%w: %v is below 1ms", base.ErrInvalidTTL, ttl)
 	}
 	if ttl > MaxTTL {
-		return 0, "", fmt.Errorf("%v is above the maximum of %v (100 years)", ttl, MaxTTL)
+		return 0, "", fmt.Errorf("%w: %v is above the maximum of %v (100 years)", base.ErrInvalidTTL, ttl, MaxTTL)
 	}
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond
 	return ms * time.Millisecond, strconv.FormatInt(int64(ms), 10), nil
@@ -41,7 +42,7 @@ func (s *State) Renew(ctx context.Context, ttl time.Duration, run func(context.C
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	sent := time.Now()
+	sent := s.clk.Now()
 	if !s.CanRenew(sent) {
 		return false, nil
 	}
@@ -97,35 +98,19 @@ func (s *State) Verify(ctx context.Context, token string, get func(context.Conte
 // answers false for a nil reply, so it cannot be used to find one.)
 func isWrongType(err error) bool {
 	rerr, ok := rueidis.IsRedisErr(err)
-	return ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+	return ok && len(rerr.Error()) >= 9 && rerr.Error()[:9] == "WRONGTYPE"
 }
-
-// UncertainAcquire reports an acquire whose reply was lost: the grant may
-// have happened; Settled says what was done about it.
-type UncertainAcquire struct {
-	Name    string // e.g. `lock "k"`
-	Settled string // e.g. "released best effort"
-	Err     error
-}
-
-func (e *UncertainAcquire) Error() string {
-	return fmt.Sprintf("%s: acquire outcome unknown (%s): %v", e.Name, e.Settled, e.Err)
-}
-
-func (e *UncertainAcquire) Unwrap() error { return e.Err }
 
 // LateGrant reports a grant whose reply came after the whole lease had run
-// out locally: not acquired. It matches NotAcquired with errors.Is.
-type LateGrant struct {
-	Name        string
-	NotAcquired error
-}
+// out locally: not acquired. It matches base.ErrNotAcquired.
+type LateGrant struct{ Name string }
 
 func (e *LateGrant) Error() string {
 	return fmt.Sprintf("%s: grant arrived after the lease ran out locally", e.Name)
 }
 
-func (e *LateGrant) Unwrap() error { return e.NotAcquired }
+// Unwrap returns base.ErrNotAcquired.
+func (e *LateGrant) Unwrap() error { return base.ErrNotAcquired }
 
 // Retryable reports whether an acquire error is worth another attempt
 // while ctx lives: an unknown outcome or a late grant. Errors the server
@@ -135,6 +120,5 @@ func Retryable(ctx context.Context, err error) bool {
 		return false
 	}
 	var late *LateGrant
-	var unknown *UncertainAcquire
-	return errors.As(err, &late) || errors.As(err, &unknown)
+	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late)
 }

@@ -1,0 +1,169 @@
+// Package base is the leaf every primitive and every internal helper
+// shares: the sentinel errors, ReleaseResult and the outcome names the
+// handles report. Package primitives re-exports all of it, so internal
+// helpers return the final, public errors and nothing passes a sentinel
+// around as a value. It imports the standard library only.
+package base
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors shared by all primitives (re-exported by package
+// primitives, whose documentation is the reference).
+var (
+	ErrNotAcquired    = errors.New("coordhost: not acquired")
+	ErrInvalidOptions = errors.New("coordhost: invalid options")
+	ErrInvalidKey     = errors.New("coordhost: invalid key")
+	ErrInvalidTTL     = errors.New("coordhost: invalid ttl")
+	ErrWrongType      = errors.New("coordhost: key holds a value of the wrong type")
+	ErrCorruptCounter = errors.New("coordhost: fencing counter is unusable")
+	ErrClosed         = errors.New("coordhost: closed")
+	ErrUncertain      = errors.New("coordhost: outcome unknown")
+	ErrUnsupported    = errors.New("coordhost: the server lacks a feature this needs")
+	ErrNoPermission   = errors.New("coordhost: the server refused a command this needs (ACL)")
+)
+
+// Uncertain is an operation whose command may or may not have run: its
+// reply was lost, it timed out, or the caller's context ended after it was
+// sent. It matches ErrUncertain and the cause with errors.Is.
+type Uncertain struct {
+	Name    string // what it was about, e.g. `lock "k"`
+	Op      string // "acquire", "renew", "release"
+	Settled string // what was done about it, e.g. "released best effort"; may be empty
+	Err     error  // the cause
+}
+
+func (e *Uncertain) Error() string {
+	if e.Settled == "" {
+		return fmt.Sprintf("%s: %s outcome unknown: %v", e.Name, e.Op, e.Err)
+	}
+	return fmt.Sprintf("%s: %s outcome unknown (%s): %v", e.Name, e.Op, e.Settled, e.Err)
+}
+
+// Unwrap returns ErrUncertain and the cause.
+func (e *Uncertain) Unwrap() []error { return []error{ErrUncertain, e.Err} }
+
+// ReleaseResult says what an owner-checked release found on the server.
+type ReleaseResult int
+
+// The release results.
+const (
+	Released ReleaseResult = iota + 1
+	AlreadyReleased
+	NotOwned
+)
+
+// String returns the result's name.
+func (r ReleaseResult) String() string {
+	switch r {
+	case Released:
+		return "Released"
+	case AlreadyReleased:
+		return "AlreadyReleased"
+	case NotOwned:
+		return "NotOwned"
+	}
+	return "ReleaseResult(0)"
+}
+
+// ReleaseResultOf maps a release script's answer: 1 released, 0 absent,
+// anything else another owner's.
+func ReleaseResultOf(n int64) ReleaseResult {
+	switch n {
+	case 1:
+		return Released
+	case 0:
+		return AlreadyReleased
+	}
+	return NotOwned
+}
+
+// AcquireOutcome classifies one acquisition for an observer.
+type AcquireOutcome uint8
+
+// The acquisition outcomes.
+const (
+	AcquireAcquired AcquireOutcome = iota
+	AcquireNotAcquired
+	AcquireGaveUp
+	AcquireCancelled
+	AcquireDeadlineExceeded
+	AcquireClosed
+	AcquireError
+)
+
+// String returns the outcome's name, suitable as a metric label:
+// "acquired", "not_acquired", "gave_up", "cancelled", "deadline_exceeded",
+// "closed" or "error".
+func (o AcquireOutcome) String() string {
+	switch o {
+	case AcquireAcquired:
+		return "acquired"
+	case AcquireNotAcquired:
+		return "not_acquired"
+	case AcquireGaveUp:
+		return "gave_up"
+	case AcquireCancelled:
+		return "cancelled"
+	case AcquireDeadlineExceeded:
+		return "deadline_exceeded"
+	case AcquireClosed:
+		return "closed"
+	}
+	return "error"
+}
+
+// RenewOutcome classifies one renewal for an observer.
+type RenewOutcome uint8
+
+// The renewal outcomes.
+const (
+	RenewRenewed RenewOutcome = iota
+	RenewLost
+	RenewError
+)
+
+// String returns "renewed", "lost" or "error".
+func (o RenewOutcome) String() string {
+	switch o {
+	case RenewRenewed:
+		return "renewed"
+	case RenewLost:
+		return "lost"
+	}
+	return "error"
+}
+
+// LostReason says how a handle found its ownership gone.
+type LostReason uint8
+
+// The reasons, in the order a handle can find them.
+const (
+	LostRenewRefused LostReason = iota
+	LostRenewUncertain
+	LostVerify
+	LostExpired
+	LostReleaseNotOwned
+	LostReleaseAbsent
+)
+
+// String returns the reason's name, suitable as a metric label:
+// "renew_refused", "renew_uncertain", "verify", "expired",
+// "release_not_owned" or "release_absent".
+func (r LostReason) String() string {
+	switch r {
+	case LostRenewRefused:
+		return "renew_refused"
+	case LostRenewUncertain:
+		return "renew_uncertain"
+	case LostVerify:
+		return "verify"
+	case LostExpired:
+		return "expired"
+	case LostReleaseNotOwned:
+		return "release_not_owned"
+	}
+	return "release_absent"
+}
