@@ -68,14 +68,16 @@ const MaxTTL = handle.MaxTTL
 
 // Errors of this package (see also the primitives sentinels).
 var (
-	// ErrUnsupportedServer: the server lacks per-field expiry.
-	ErrUnsupportedServer = errors.New("lease: server does not support hash-field expiry")
+	// ErrUnsupportedServer: the server lacks per-field expiry. It is
+	// primitives.ErrUnsupported.
+	ErrUnsupportedServer = primitives.ErrUnsupported
 	// ErrHashHasTTL: the hash key has a key-level TTL, which would end every
 	// field lease at once. Acquire refuses such a hash (nothing written);
 	// Renew and Verify, finding one added after the grant, fail closed.
 	ErrHashHasTTL = errors.New("lease: the hash has a key-level TTL, which would end every field lease with it (PERSIST it or use another hash)")
 	// ErrNoClientPermission: CLIENT INFO / CLIENT KILL are refused, so an
-	// uncertain acquire could not be fenced.
+	// uncertain acquire could not be fenced. It matches
+	// primitives.ErrNoPermission.
 	ErrNoClientPermission = fence.ErrNoPermission
 )
 

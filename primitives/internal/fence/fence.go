@@ -13,12 +13,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/redis/rueidis"
 )
 
 // ErrNoPermission means the server refused CLIENT INFO or CLIENT KILL (an
 // ACL without them): uncertain outcomes could not be fenced.
-var ErrNoPermission = errors.New("fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)")
+// It wraps base.ErrNoPermission.
+var ErrNoPermission = fmt.Errorf("%w: fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)", base.ErrNoPermission)
 
 // maxIdle bounds the connections a Pool keeps for reuse.
 const maxIdle = 16
