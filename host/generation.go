@@ -10,6 +10,7 @@ import (
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/policies/wasm"
+	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/hashicorp/hcl/v2"
 )
@@ -23,7 +24,7 @@ type generation struct {
 	runtime  *wasm.Runtime
 	policies map[string]*loadedPolicy // "kind.name"
 	locks    map[string]*namedLock
-	base     *lock.Locker // owns the one waiting connection the locks share
+	waiter   *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
 	mu       sync.Mutex
 	inflight int
@@ -65,7 +66,7 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: policy %s: self-test: %w", at(lp.cfg.Range), name, err)
 		}
 	}
-	if g.base, err = lock.New(h.client, lock.Options{}); err != nil {
+	if g.waiter, err = primitives.NewWaiter(h.client, primitives.WaiterOptions{}); err != nil {
 		return nil, err
 	}
 	for _, lc := range cfg.Locks {
@@ -102,7 +103,8 @@ func (g *generation) newLock(h *Host, lc *config.Lock) (*namedLock, error) {
 	} else if lp != nil {
 		part = lp.partition
 	}
-	lk, err := g.base.Derive(opts)
+	opts.Waiter = g.waiter
+	lk, err := lock.New(h.client, opts)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
 	}
@@ -161,8 +163,8 @@ func (g *generation) closeLockers() {
 	for _, l := range g.locks {
 		l.locker.Close()
 	}
-	if g.base != nil {
-		g.base.Close()
+	if g.waiter != nil {
+		g.waiter.Close()
 	}
 }
 

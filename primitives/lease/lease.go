@@ -44,7 +44,6 @@ import (
 
 	"github.com/coordhost/coordhost/lua"
 	"github.com/coordhost/coordhost/policies"
-	"github.com/coordhost/coordhost/policies/builtin"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/fence"
@@ -96,6 +95,11 @@ type Options struct {
 	// builtin.Exponential{}. Waiters also wake at the holder's expiry and
 	// on server notifications whatever it says.
 	Retry policies.RetryPolicy
+	// Waiter is the waiting machinery Acquire sleeps on: give every
+	// primitive on a client the same one (primitives.NewWaiter) so that
+	// they share one waiting connection. Nil means a private Waiter that
+	// Close closes.
+	Waiter *primitives.Waiter
 }
 
 // Leases acquires hash-field leases on one client. Safe for concurrent use;
@@ -105,6 +109,9 @@ type Leases struct {
 	space  keys.Space
 	retry  policies.RetryPolicy
 	engine *wait.Engine
+	owns   bool          // engine is private: Close closes it
+	closed chan struct{} // closed by Close: ends this Leases' waits
+	once   sync.Once
 	fences *fence.Pool
 
 	mu        sync.Mutex
@@ -118,31 +125,46 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: lease: nil rueidis client", primitives.ErrInvalidOptions)
 	}
-	retry := opts.Retry
-	if retry == nil {
-		retry = builtin.Exponential{}
+	retry, err := wait.Policy(opts.Retry)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
 	}
-	if v, ok := retry.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: lease: retry policy: %w", primitives.ErrInvalidOptions, err)
-		}
-	}
-	return &Leases{
+	ls := &Leases{
 		client: client,
 		space:  keys.Space{Prefix: opts.Prefix},
 		retry:  retry,
-		engine: wait.New(client, wait.Options{}),
+		closed: make(chan struct{}),
 		fences: fence.NewPool(client),
-	}, nil
+	}
+	if opts.Waiter == nil {
+		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
+	} else {
+		ls.engine = (*wait.Engine)(opts.Waiter)
+	}
+	return ls, nil
 }
 
-// Close stops waiting (blocked Acquire calls return primitives.ErrClosed)
-// and closes idle fenced connections. Granted leases keep working. It does
-// not close the client. Idempotent.
+// Close ends the Leases: blocked Acquire calls return primitives.ErrClosed
+// and new calls are refused. It closes idle fenced connections and the
+// private Waiter (not one given in Options.Waiter), never the client.
+// Granted leases keep working. Idempotent.
 func (ls *Leases) Close() error {
-	err := ls.engine.Close()
+	ls.once.Do(func() { close(ls.closed) })
 	ls.fences.Close()
-	return err
+	if ls.owns {
+		return ls.engine.Close()
+	}
+	return nil
+}
+
+// isClosed reports whether Close was called or the Waiter closed.
+func (ls *Leases) isClosed() bool {
+	select {
+	case <-ls.closed:
+		return true
+	default:
+		return ls.engine.Closed()
+	}
 }
 
 // TryAcquire makes one attempt to take field of hashKey for ttl and never
@@ -180,22 +202,12 @@ func (ls *Leases) Acquire(ctx context.Context, hashKey, field string, ttl time.D
 		return nil, err
 	}
 	start := time.Now()
-	got, werr := handle.Acquire(ctx, ls.engine, wait.Request{
-		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel, Policy: ls.retry,
+	got, err := wait.Acquire(ctx, ls.engine, wait.Request{
+		Key: req.key, Queue: req.key + "\x00" + req.field, Channel: req.channel, Policy: ls.retry, Closing: ls.closed,
 	}, false, func(ctx context.Context, c wait.Conn) (*Lease, time.Duration, error) {
 		return ls.attempt(ctx, c, req)
 	}, func() { req.token = rand.Text() })
-	switch {
-	case werr == nil:
-		return got, nil
-	case errors.Is(werr, wait.ErrGaveUp):
-		return nil, fmt.Errorf("%w: lease %q field %q: %w", primitives.ErrNotAcquired, req.key, req.field, werr)
-	case errors.Is(werr, wait.ErrClosed):
-		return nil, fmt.Errorf("lease %q: %w", req.key, primitives.ErrClosed)
-	case ctx.Err() != nil && errors.Is(werr, ctx.Err()):
-		return nil, fmt.Errorf("lease %q field %q: not acquired after waiting %v: %w", req.key, req.field, time.Since(start).Round(time.Millisecond), werr)
-	}
-	return nil, werr
+	return got, wait.Final(ctx, fmt.Sprintf("lease %q field %q", req.key, req.field), start, err)
 }
 
 type request struct {
@@ -223,7 +235,7 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 	if err != nil {
 		return nil, err
 	}
-	if ls.engine.Closed() {
+	if ls.isClosed() {
 		return nil, fmt.Errorf("lease %q: %w", full, primitives.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
@@ -333,7 +345,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 	l.h.Init(ls.client, nil, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
 	if l.h.Expired() {
 		ls.release(ctx, r)
-		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lease %q", r.key)}
+		return nil, 0, &base.LateGrant{Name: fmt.Sprintf("lease %q", r.key)}
 	}
 	return l, 0, nil
 }

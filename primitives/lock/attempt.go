@@ -219,7 +219,7 @@ func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.
 		l.settle(ctx, c, r, false)
-		return nil, 0, &handle.LateGrant{Name: fmt.Sprintf("lock %q", r.key)}
+		return nil, 0, &base.LateGrant{Name: fmt.Sprintf("lock %q", r.key)}
 	}
 	return lk, 0, nil
 }
@@ -227,7 +227,6 @@ func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time
 func uncertain(key string, err error) error {
 	return &base.Uncertain{Name: fmt.Sprintf("lock %q", key), Op: "acquire", Settled: "released best effort", Err: err}
 }
-
 
 func notAcquired(key string, holderTTL time.Duration) error {
 	if holderTTL == -2*time.Millisecond {

@@ -77,15 +77,14 @@ package lock
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordhost/coordhost/lua"
 	"github.com/coordhost/coordhost/policies"
-	"github.com/coordhost/coordhost/policies/builtin"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
@@ -131,9 +130,11 @@ type Options struct {
 	// up). Whatever it says, a waiter also wakes at the holder's expiry
 	// and on server notifications.
 	Retry policies.RetryPolicy
-	// WaitMode forces a wake-up source (tests, diagnostics). The zero value
-	// picks the best the client supports.
-	WaitMode WaitMode
+	// Waiter is the waiting machinery Acquire sleeps on: give every
+	// primitive on a client the same one (primitives.NewWaiter) so that
+	// they share one waiting connection. Nil means a private Waiter that
+	// Close closes.
+	Waiter *primitives.Waiter
 	// FIFO grants the lock to waiters in order of arrival across every
 	// process, ordered by server time at the first attempt plus a
 	// per-process sequence. The queue lives in two sorted sets under
@@ -152,20 +153,6 @@ type Options struct {
 // attempt. Waiters re-attempt at least every third of it.
 const QueueEntryTTL = 15 * time.Second
 
-// WaitMode selects where waiters' wake-ups come from.
-type WaitMode int
-
-const (
-	// WaitAuto uses client tracking on standalone RESP3 clients, the
-	// release channel on cluster or RESP2 clients, and polling when
-	// pub/sub is refused.
-	WaitAuto WaitMode = iota
-	// WaitChannel uses the release channel even where tracking works.
-	WaitChannel
-	// WaitPoll uses neither; waiters re-attempt at least every 100ms.
-	WaitPoll
-)
-
 // Locker acquires locks on one client. Safe for concurrent use; create one
 // per client and share it, since each Locker keeps one dedicated connection
 // for waiting.
@@ -183,11 +170,13 @@ type Locker struct {
 	// freshQueueEntry is set only by tests (export_test.go): the control
 	// for the FIFO stall fix.
 	freshQueueEntry bool
-	noSecondCleanup bool        // tests only: the control for settleLater
-	derived         bool        // shares another Locker's engine (Derive)
-	closed          atomic.Bool // Close was called
+	noSecondCleanup bool          // tests only: the control for settleLater
+	closed          atomic.Bool   // Close was called
+	closing         chan struct{} // closed by Close: ends this Locker's waits
+	closeOnce       sync.Once
 	engine          *wait.Engine
-	cleanups        *cleanups // background cleanups (settle.go); shared with derived Lockers
+	ownsEngine      bool      // a private Waiter, closed by Close
+	cleanups        *cleanups // background cleanups (settle.go)
 	obs             Observer  // Options.Observer; nil means none (observe.go)
 }
 
@@ -201,40 +190,18 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	mode := map[WaitMode]wait.Mode{WaitAuto: wait.ModeAuto, WaitChannel: wait.ModeChannel, WaitPoll: wait.ModePoll}[opts.WaitMode]
-	l.engine = wait.New(client, wait.Options{Mode: mode})
+	if opts.Waiter == nil {
+		l.engine, l.ownsEngine = wait.New(client, wait.Options{}), true
+	} else {
+		l.engine = (*wait.Engine)(opts.Waiter)
+	}
 	return l, nil
 }
 
-// Derive returns a Locker with other options on the same client that shares
-// l's waiting machinery (its one dedicated connection), so a process with
-// many lock configurations still keeps one waiting connection per client.
-// opts.WaitMode is ignored: the parent's applies. Closing the derived
-// Locker refuses its new calls; closing l stops every waiter of both.
-func (l *Locker) Derive(opts Options) (*Locker, error) {
-	if l == nil || l.engine == nil {
-		return nil, fmt.Errorf("%w: lock: Derive on a nil Locker", primitives.ErrInvalidOptions)
-	}
-	d, err := configure(l.client, opts)
-	if err != nil {
-		return nil, err
-	}
-	d.engine, d.derived, d.cleanups = l.engine, true, l.cleanups
-	return d, nil
-}
-
 func configure(client rueidis.Client, opts Options) (*Locker, error) {
-	if opts.WaitMode < WaitAuto || opts.WaitMode > WaitPoll {
-		return nil, fmt.Errorf("%w: lock: unknown WaitMode %d", primitives.ErrInvalidOptions, opts.WaitMode)
-	}
-	retry := opts.Retry
-	if retry == nil {
-		retry = builtin.Exponential{}
-	}
-	if v, ok := retry.(interface{ Validate() error }); ok {
-		if err := v.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: lock: retry policy: %w", primitives.ErrInvalidOptions, err)
-		}
+	retry, err := wait.Policy(opts.Retry)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	return &Locker{
 		client:   client,
@@ -244,23 +211,24 @@ func configure(client rueidis.Client, opts Options) (*Locker, error) {
 		fifo:     opts.FIFO,
 		obs:      opts.Observer,
 		cleanups: newCleanups(),
+		closing:  make(chan struct{}),
 	}, nil
 }
 
-// Close stops the Locker's waiting machinery: blocked Acquire calls return
-// primitives.ErrClosed. Locks already granted keep working. It does not
-// close the client, and it returns once the cleanups of uncertain attempts
-// that run in the background are done (each bounded by
-// DefaultCloseTimeout); a call still in flight does its own cleanups
-// before it returns. Idempotent. (A derived Locker only refuses new calls;
-// its cleanups are the parent's to wait for; see Derive.)
+// Close ends the Locker: blocked Acquire calls return primitives.ErrClosed
+// and new calls are refused. Locks already granted keep working. It closes
+// the Locker's private Waiter (not one given in Options.Waiter) and never
+// the client, and returns once the cleanups of uncertain attempts that run
+// in the background are done (each bounded by DefaultCloseTimeout); a call
+// still in flight does its own cleanups before it returns. Idempotent.
 func (l *Locker) Close() error {
 	l.closed.Store(true)
-	if l.derived {
-		return nil // the Locker it derives from waits for the cleanups
-	}
+	l.closeOnce.Do(func() { close(l.closing) })
 	l.cleanups.close()
-	return l.engine.Close()
+	if l.ownsEngine {
+		return l.engine.Close()
+	}
+	return nil
 }
 
 // isClosed reports whether this Locker or the machinery it shares closed.
@@ -367,7 +335,8 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	var last wait.Conn // where the latest attempt went, for the FIFO leave
 	// FIFO waiters always attempt first, to take their place in the
 	// server's queue.
-	got, werr := handle.Acquire(ctx, l.engine, wreq, l.fifo, func(ctx context.Context, c wait.Conn) (*Lock, time.Duration, error) {
+	wreq.Closing = l.closing
+	got, werr := wait.Acquire(ctx, l.engine, wreq, l.fifo, func(ctx context.Context, c wait.Conn) (*Lock, time.Duration, error) {
 		if c.CoreClient == nil {
 			return l.attemptFirst(ctx, req)
 		}
@@ -382,15 +351,5 @@ func (l *Locker) acquire(ctx context.Context, req *request) (*Lock, error) {
 	if werr != nil && l.fifo {
 		l.settle(ctx, last, req, true) // leave the queue behind our latest attempt
 	}
-	switch {
-	case werr == nil:
-		return got, nil
-	case errors.Is(werr, wait.ErrGaveUp):
-		return nil, fmt.Errorf("%w: lock %q: %w", primitives.ErrNotAcquired, req.key, werr)
-	case errors.Is(werr, wait.ErrClosed):
-		return nil, fmt.Errorf("lock %q: %w", req.key, primitives.ErrClosed)
-	case ctx.Err() != nil && errors.Is(werr, ctx.Err()):
-		return nil, fmt.Errorf("lock %q: not acquired after waiting %v: %w", req.key, time.Since(start).Round(time.Millisecond), werr)
-	}
-	return nil, werr
+	return got, wait.Final(ctx, fmt.Sprintf("lock %q", req.key), start, werr)
 }

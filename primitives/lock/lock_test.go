@@ -16,6 +16,7 @@ import (
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -271,8 +272,14 @@ func TestBadInputsWriteNothing(t *testing.T) {
 	if _, err := lock.New(nil, lock.Options{}); !errors.Is(err, primitives.ErrInvalidOptions) {
 		t.Fatalf("nil client: %v", err)
 	}
-	if _, err := lock.New(c, lock.Options{WaitMode: 9}); !errors.Is(err, primitives.ErrInvalidOptions) {
+	if _, err := primitives.NewWaiter(c, primitives.WaiterOptions{Mode: 9}); !errors.Is(err, primitives.ErrInvalidOptions) {
 		t.Fatalf("bad wait mode: %v", err)
+	}
+	if _, err := primitives.NewWaiter(nil, primitives.WaiterOptions{}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("nil client for a waiter: %v", err)
+	}
+	if _, err := primitives.NewWaiter(c, primitives.WaiterOptions{PollInterval: -1}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("negative poll interval: %v", err)
 	}
 	var nilLocker *lock.Locker
 	if _, err := nilLocker.TryAcquire(ok, "k", time.Second); !errors.Is(err, primitives.ErrInvalidOptions) {
@@ -309,13 +316,13 @@ func TestBadInputsWriteNothing(t *testing.T) {
 // waitModes are the wake-up sources Acquire must work with.
 var waitModes = []struct {
 	name string
-	mode lock.WaitMode
+	mode primitives.WaitMode
 	opt  func(*rueidis.ClientOption)
 }{
-	{"track", lock.WaitAuto, nil},
-	{"channel", lock.WaitChannel, nil},
-	{"resp2", lock.WaitAuto, func(o *rueidis.ClientOption) { o.AlwaysRESP2 = true; o.DisableCache = true }},
-	{"poll", lock.WaitPoll, nil},
+	{"track", primitives.WaitAuto, nil},
+	{"channel", primitives.WaitChannel, nil},
+	{"resp2", primitives.WaitAuto, func(o *rueidis.ClientOption) { o.AlwaysRESP2 = true; o.DisableCache = true }},
+	{"poll", primitives.WaitPoll, nil},
 }
 
 func TestAcquireWaitsForRelease(t *testing.T) {
@@ -333,7 +340,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 					c, _ = f.client(t)
 				}
 				ctx := ctxT(t, 20*time.Second)
-				l := newLocker(t, c, lock.Options{Fencing: true, WaitMode: wm.mode})
+				l := newLocker(t, c, lock.Options{Fencing: true, Waiter: newWaiter(t, c, wm.mode)})
 				holder, err := l.TryAcquire(ctx, "job", time.Minute)
 				if err != nil {
 					t.Fatal(err)
@@ -439,7 +446,7 @@ func TestWaiterConnectionKilled(t *testing.T) {
 			s := redistest.Start(t)
 			c := s.Client(t)
 			ctx := ctxT(t, 20*time.Second)
-			l := newLocker(t, c, lock.Options{WaitMode: wm.mode, Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
+			l := newLocker(t, c, lock.Options{Waiter: newWaiter(t, c, wm.mode), Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 				return policies.RetryDecision{}
 			})})
 			holder, err := l.TryAcquire(ctx, "k", time.Minute)
@@ -480,7 +487,7 @@ func TestLostReleaseMessage(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
 	ctx := ctxT(t, 20*time.Second)
-	l := newLocker(t, c, lock.Options{WaitMode: lock.WaitChannel})
+	l := newLocker(t, c, lock.Options{Waiter: newWaiter(t, c, primitives.WaitChannel)})
 	if _, err := l.TryAcquire(ctx, "k", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -630,46 +637,61 @@ func TestScriptFlushIsInvisible(t *testing.T) {
 	}
 }
 
-// Derived Lockers share one waiting connection and each keeps its own
-// options; closing the parent ends every waiter.
-func TestDeriveSharesWaiting(t *testing.T) {
-	s := redistest.Start(t)
+// Lockers and Leases on one client that share a Waiter hold one waiting
+// connection between them, each keeps its own options, and closing one
+// ends its own waiters only; closing the Waiter ends every waiter.
+func TestWaiterShared(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
 	ctx := ctxT(t, 10*time.Second)
-	base := newLocker(t, c, lock.Options{})
-	a, err := base.Derive(lock.Options{Prefix: "a:", Fencing: true})
+	w := newWaiter(t, c, primitives.WaitAuto)
+	a := newLocker(t, c, lock.Options{Prefix: "a:", Fencing: true, Waiter: w})
+	b := newLocker(t, c, lock.Options{Prefix: "b:", Waiter: w})
+	ls, err := lease.New(c, lease.Options{Waiter: w})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := base.Derive(lock.Options{Prefix: "b:"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { ls.Close() })
 	ha, _ := a.TryAcquire(ctx, "k", time.Minute)
 	hb, _ := b.TryAcquire(ctx, "k", time.Minute)
-	if ha == nil || hb == nil || ha.FencingToken() != 1 || hb.FencingToken() != 0 {
-		t.Fatal("derived options not applied")
+	hl, _ := ls.TryAcquire(ctx, "h", "f", time.Minute)
+	if ha == nil || hb == nil || hl == nil || ha.FencingToken() != 1 || hb.FencingToken() != 0 {
+		t.Fatal("per-Locker options not applied")
 	}
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	for _, l := range []*lock.Locker{a, b} {
 		go func() { _, err := l.Acquire(ctx, "k", time.Minute); errs <- err }()
 	}
+	go func() { _, err := ls.Acquire(ctx, "h", "f", time.Minute); errs <- err }()
 	waitFor(t, func() bool { return strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait") >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	if n := strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait"); n != 1 {
-		t.Fatalf("%d waiting connections for two derived Lockers, want 1", n)
+		t.Fatalf("%d waiting connections for two Lockers and a Leases on one Waiter, want 1", n)
 	}
 	b.Close()
-	if _, err := b.TryAcquire(ctx, "x", time.Second); !errors.Is(err, primitives.ErrClosed) {
-		t.Fatalf("closed derived Locker: %v", err)
+	if err := <-errs; !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("waiter of the closed Locker: %v", err)
 	}
-	base.Close()
+	if _, err := b.TryAcquire(ctx, "x", time.Second); !errors.Is(err, primitives.ErrClosed) {
+		t.Fatalf("closed Locker: %v", err)
+	}
+	if _, err := a.TryAcquire(ctx, "y", time.Second); err != nil {
+		t.Fatalf("the other Locker stopped working when one closed: %v", err)
+	}
+	w.Close()
 	for range 2 {
 		if err := <-errs; !errors.Is(err, primitives.ErrClosed) {
-			t.Fatalf("waiter after the parent closed: %v", err)
+			t.Fatalf("waiter after the Waiter closed: %v", err)
 		}
 	}
-	if _, err := (*lock.Locker)(nil).Derive(lock.Options{}); !errors.Is(err, primitives.ErrInvalidOptions) {
+}
+
+func newWaiter(t *testing.T, c rueidis.Client, mode primitives.WaitMode) *primitives.Waiter {
+	t.Helper()
+	w, err := primitives.NewWaiter(c, primitives.WaiterOptions{Mode: mode})
+	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { w.Close() })
+	return w
 }

@@ -95,10 +95,11 @@ func TestObserverSeesEachEvent(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, "a", time.Minute); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatal(err)
 	}
-	never, err := l.Derive(lock.Options{Prefix: "p:", Observer: rec, Retry: builtin.NoRetry{}})
+	never, err := lock.New(c, lock.Options{Prefix: "p:", Observer: rec, Retry: builtin.NoRetry{}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { never.Close() })
 	if _, err := never.Acquire(ctx, "a", time.Minute); !errors.Is(err, primitives.ErrNotAcquired) {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestObserverSeesEachEvent(t *testing.T) {
 	}
 	// The retry policy cancels the call after its first attempt.
 	cctx, cancel := context.WithCancel(ctx)
-	cancelling, err := l.Derive(lock.Options{Prefix: "p:", Observer: rec, Retry: policies.RetryFunc(
+	cancelling, err := lock.New(c, lock.Options{Prefix: "p:", Observer: rec, Retry: policies.RetryFunc(
 		func(context.Context, policies.RetryRequest) policies.RetryDecision {
 			cancel()
 			return policies.RetryDecision{Action: policies.WaitForWake}
@@ -120,6 +121,7 @@ func TestObserverSeesEachEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cancelling.Close() })
 	if _, err := cancelling.Acquire(cctx, "a", time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
@@ -277,6 +279,7 @@ func TestObserverSeesEachEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cancelling.Close() })
 	done := make(chan error, 1)
 	go func() { _, err := closing.Acquire(ctx, "c", time.Minute); done <- err }()
 	<-waiting // the waiter made its first attempt

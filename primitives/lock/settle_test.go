@@ -24,7 +24,7 @@ func TestCloseRacesUncertainAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		derived, err := l.Derive(lock.Options{Fencing: true})
+		derived, err := lock.New(c, lock.Options{Fencing: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestCloseRacesUncertainAttempts(t *testing.T) {
 		derived.Close()
 		l.Close()
 		wg.Wait()
-		if n := lock.PendingCleanups(l); n != 0 {
+		if n := lock.PendingCleanups(l) + lock.PendingCleanups(derived); n != 0 {
 			t.Fatalf("round %d: %d cleanups still in the background after Close and every call returned", round, n)
 		}
 	}

@@ -45,6 +45,18 @@ func (e *Uncertain) Error() string {
 // Unwrap returns ErrUncertain and the cause.
 func (e *Uncertain) Unwrap() []error { return []error{ErrUncertain, e.Err} }
 
+// LateGrant is a grant whose reply came after the whole lease had run out
+// locally: not acquired (the grant is released). It matches
+// ErrNotAcquired.
+type LateGrant struct{ Name string }
+
+func (e *LateGrant) Error() string {
+	return fmt.Sprintf("%s: grant arrived after the lease ran out locally", e.Name)
+}
+
+// Unwrap returns ErrNotAcquired.
+func (e *LateGrant) Unwrap() error { return ErrNotAcquired }
+
 // ReleaseResult says what an owner-checked release found on the server.
 type ReleaseResult int
 

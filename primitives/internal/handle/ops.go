@@ -2,7 +2,6 @@ package handle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -99,26 +98,4 @@ func (s *State) Verify(ctx context.Context, token string, get func(context.Conte
 func isWrongType(err error) bool {
 	rerr, ok := rueidis.IsRedisErr(err)
 	return ok && len(rerr.Error()) >= 9 && rerr.Error()[:9] == "WRONGTYPE"
-}
-
-// LateGrant reports a grant whose reply came after the whole lease had run
-// out locally: not acquired. It matches base.ErrNotAcquired.
-type LateGrant struct{ Name string }
-
-func (e *LateGrant) Error() string {
-	return fmt.Sprintf("%s: grant arrived after the lease ran out locally", e.Name)
-}
-
-// Unwrap returns base.ErrNotAcquired.
-func (e *LateGrant) Unwrap() error { return base.ErrNotAcquired }
-
-// Retryable reports whether an acquire error is worth another attempt
-// while ctx lives: an unknown outcome or a late grant. Errors the server
-// answered are final.
-func Retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	var late *LateGrant
-	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late)
 }

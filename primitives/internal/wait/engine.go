@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/redis/rueidis"
 )
 
@@ -107,6 +108,7 @@ type Attempt func(ctx context.Context, c Conn) (Outcome, error)
 type Options struct {
 	Mode         Mode
 	PollInterval time.Duration // ModePoll bound; 0 means DefaultPollInterval
+	Clock        clock.Clock   // the sleeps' timers; nil means the system clock
 }
 
 // Engine serves every waiter of one rueidis client. Safe for concurrent
@@ -114,6 +116,7 @@ type Options struct {
 type Engine struct {
 	client rueidis.Client
 	opts   Options
+	clk    clock.Clock
 
 	mu      sync.Mutex
 	closed  bool
@@ -142,7 +145,7 @@ func New(client rueidis.Client, opts Options) *Engine {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
 	}
-	return &Engine{client: client, opts: opts, closing: make(chan struct{}), queues: map[string]*queue{},
+	return &Engine{client: client, opts: opts, clk: clock.Or(opts.Clock), closing: make(chan struct{}), queues: map[string]*queue{},
 		byKey: map[string]map[*queue]struct{}{}, byChan: map[string]map[*queue]struct{}{}}
 }
 
@@ -247,126 +250,156 @@ type Request struct {
 	// MaxSleep bounds every sleep (a waiter that must refresh a queue
 	// entry); 0 means no bound of its own.
 	MaxSleep time.Duration
+	// Closing, when it closes, ends this wait with ErrClosed (the
+	// primitive that asked was closed; the engine may serve others).
+	Closing <-chan struct{}
 }
 
 // Wait blocks until attempt acquires (nil), the policy gives up (ErrGaveUp),
-// ctx ends (ctx.Err()), the engine closes (ErrClosed) or attempt returns an
-// error that is not *Retryable. The caller's own attempt failed just before
-// Wait; Wait re-attempts once right after registering interest, so a release
-// in between is never missed.
+// ctx ends (ctx.Err()), the engine or the request's Closing closes
+// (ErrClosed) or attempt returns an error that is not *Retryable. The
+// caller's own attempt failed just before Wait; Wait re-attempts once right
+// after registering interest, so a release in between is never missed.
+//
+// It has three steps: takeTurn (wait to be the head of the local queue),
+// then alternately attemptOnce and decide (ask the policy, then sleep).
 func (e *Engine) Wait(ctx context.Context, req Request, attempt Attempt) error {
 	q, w, err := e.join(ctx, req)
 	if err != nil {
 		return err
 	}
 	defer e.leave(q, w)
+	if err := e.takeTurn(ctx, req, q, w); err != nil {
+		return err
+	}
+	st := progress{attempts: req.Attempts, holderTTL: req.HolderTTL, reason: policies.ReasonContended}
+	for first := true; ; first = false {
+		if !first {
+			if err := e.decide(ctx, req, w, &st); err != nil {
+				return err
+			}
+		}
+		if done, err := e.attemptOnce(ctx, req, q, w, &st, first, attempt); done || err != nil {
+			return err
+		}
+	}
+}
 
-	// Wait for our turn at the head of the local queue.
+// progress is what one Wait has learnt so far.
+type progress struct {
+	attempts  int
+	holderTTL time.Duration
+	reason    policies.RetryReason
+	lastErr   error
+}
+
+// takeTurn waits until w is the head of its local queue (waiters that
+// re-attempt on every wake do not wait).
+func (e *Engine) takeTurn(ctx context.Context, req Request, q *queue, w *waiter) error {
 	for !w.every && !e.isHead(q, w) {
 		select {
 		case <-w.turn:
 			if e.Closed() {
 				return ErrClosed
 			}
+		case <-req.Closing:
+			return ErrClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	return nil
+}
 
-	attempts := req.Attempts
-	holderTTL := req.HolderTTL
-	var lastErr error
-	reason := policies.ReasonContended
-	first := true
-	for {
-		if !first {
-			if attempts == 0 {
-				attempts = 1
-			}
-			dec := policyDecide(ctx, req.Policy, policies.RetryRequest{
-				Attempt:   attempts,
-				Reason:    reason,
-				Elapsed:   time.Since(req.Start),
-				HolderTTL: holderTTL,
-				Rand:      rand.Uint64(),
-			})
-			if err := ctx.Err(); err != nil {
-				// Cancelled while the policy ran: its answer may be a
-				// fallback nobody asked for.
-				return err
-			}
-			if dec.Action == policies.GiveUp {
-				if lastErr != nil {
-					return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, attempts, lastErr)
-				}
-				return fmt.Errorf("%w after %d attempts", ErrGaveUp, attempts)
-			}
-			maxSleep := req.MaxSleep
-			if reason == policies.ReasonError && (maxSleep <= 0 || maxSleep > e.opts.PollInterval) {
-				// After an error nothing may announce the next change
-				// (the release may have happened while the attempt
-				// failed): never sleep longer than a poll.
-				maxSleep = e.opts.PollInterval
-			}
-			if err := e.sleep(ctx, w, dec, holderTTL, maxSleep); err != nil {
-				return err
-			}
-		}
-
-		// Drain before registering and sending: a wake after this point
-		// (a release, or the connection dropping) stays buffered.
-		select {
-		case <-w.wakec:
-		default:
-		}
-		conn, mode, err := e.connFor(ctx, q)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, ErrClosed) {
-				return ErrClosed
-			}
-			// No dedicated connection: attempt on the client and rely on
-			// timers until the next try dials again.
-			conn = nil
-		}
-		c := Conn{CoreClient: e.client}
-		if conn != nil && mode == ModeTrack {
-			c = Conn{CoreClient: conn.c, ID: conn.id, Addr: conn.addr}
-		}
-		e.mu.Lock()
-		e.stats.Attempts++
-		e.mu.Unlock()
-		recheck := first && req.Attempts > 0
-		first = false
-		out, err := attempt(ctx, c)
-		if !recheck {
-			// The re-check right after joining (it registers interest) is
-			// part of the caller's failed attempt, not a new one for the
-			// policy to count.
-			attempts++
-		}
-		if err == nil && out.Acquired {
-			return nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var r *Retryable
-			if !errors.As(err, &r) {
-				return err
-			}
-			if r.Uncertain && conn != nil && c.ID != 0 {
-				// The tracking connection may be broken (or was fenced).
-				e.dropConn(conn)
-			}
-			reason, lastErr, holderTTL = policies.ReasonError, err, -1
-			continue
-		}
-		reason, lastErr, holderTTL = policies.ReasonContended, nil, out.HolderTTL
+// decide asks the retry policy what to do after a failed attempt and
+// sleeps as it says.
+func (e *Engine) decide(ctx context.Context, req Request, w *waiter, st *progress) error {
+	if st.attempts == 0 {
+		st.attempts = 1
 	}
+	dec := policyDecide(ctx, req.Policy, policies.RetryRequest{
+		Attempt:   st.attempts,
+		Reason:    st.reason,
+		Elapsed:   e.clk.Now().Sub(req.Start),
+		HolderTTL: st.holderTTL,
+		Rand:      rand.Uint64(),
+	})
+	if err := ctx.Err(); err != nil {
+		// Cancelled while the policy ran: its answer may be a fallback
+		// nobody asked for.
+		return err
+	}
+	if dec.Action == policies.GiveUp {
+		if st.lastErr != nil {
+			return fmt.Errorf("%w after %d attempts: %w", ErrGaveUp, st.attempts, st.lastErr)
+		}
+		return fmt.Errorf("%w after %d attempts", ErrGaveUp, st.attempts)
+	}
+	maxSleep := req.MaxSleep
+	if st.reason == policies.ReasonError && (maxSleep <= 0 || maxSleep > e.opts.PollInterval) {
+		// After an error nothing may announce the next change (the
+		// release may have happened while the attempt failed): never
+		// sleep longer than a poll.
+		maxSleep = e.opts.PollInterval
+	}
+	return e.sleep(ctx, req, w, dec, st.holderTTL, maxSleep)
+}
+
+// attemptOnce makes one attempt on the right connection: the dedicated one
+// in track mode (its read registers the key), else the client. It reports
+// done when the attempt acquired or ended the wait with an error.
+func (e *Engine) attemptOnce(ctx context.Context, req Request, q *queue, w *waiter, st *progress, first bool, attempt Attempt) (done bool, err error) {
+	// Drain before registering and sending: a wake after this point (a
+	// release, or the connection dropping) stays buffered.
+	select {
+	case <-w.wakec:
+	default:
+	}
+	conn, mode, err := e.connFor(ctx, q)
+	if err != nil {
+		if ctx.Err() != nil {
+			return true, ctx.Err()
+		}
+		if errors.Is(err, ErrClosed) {
+			return true, ErrClosed
+		}
+		// No dedicated connection: attempt on the client and rely on
+		// timers until the next try dials again.
+		conn = nil
+	}
+	c := Conn{CoreClient: e.client}
+	if conn != nil && mode == ModeTrack {
+		c = Conn{CoreClient: conn.c, ID: conn.id, Addr: conn.addr}
+	}
+	e.mu.Lock()
+	e.stats.Attempts++
+	e.mu.Unlock()
+	out, err := attempt(ctx, c)
+	if !(first && req.Attempts > 0) {
+		// The re-check right after joining (it registers interest) is
+		// part of the caller's failed attempt, not a new one for the
+		// policy to count.
+		st.attempts++
+	}
+	switch {
+	case err == nil && out.Acquired:
+		return true, nil
+	case err == nil:
+		st.reason, st.lastErr, st.holderTTL = policies.ReasonContended, nil, out.HolderTTL
+		return false, nil
+	case ctx.Err() != nil:
+		return true, ctx.Err()
+	}
+	var r *Retryable
+	if !errors.As(err, &r) {
+		return true, err
+	}
+	if r.Uncertain && conn != nil && c.ID != 0 {
+		// The tracking connection may be broken (or was fenced).
+		e.dropConn(conn)
+	}
+	st.reason, st.lastErr, st.holderTTL = policies.ReasonError, err, -1
+	return false, nil
 }
 
 func policyDecide(ctx context.Context, p policies.RetryPolicy, r policies.RetryRequest) policies.RetryDecision {
@@ -377,7 +410,7 @@ func policyDecide(ctx context.Context, p policies.RetryPolicy, r policies.RetryR
 }
 
 // sleep waits as the decision says, never past the holder's expiry.
-func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecision, holderTTL, maxSleep time.Duration) error {
+func (e *Engine) sleep(ctx context.Context, req Request, w *waiter, dec policies.RetryDecision, holderTTL, maxSleep time.Duration) error {
 	d := dec.Delay
 	if maxSleep > 0 && (d <= 0 || d > maxSleep) {
 		d = maxSleep
@@ -386,11 +419,13 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecisio
 		// A policy may not spin a waiter against Redis: at least
 		// minRetryAfter between attempts. Wake-ups are ignored, Close is
 		// not.
-		t := time.NewTimer(max(d, minRetryAfter))
+		t := e.clk.NewTimer(max(d, minRetryAfter))
 		defer t.Stop()
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-e.closing:
+		case <-req.Closing:
+			return ErrClosed
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -411,13 +446,15 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, dec policies.RetryDecisio
 	}
 	var timeout <-chan time.Time
 	if d > 0 {
-		t := time.NewTimer(d)
+		t := e.clk.NewTimer(d)
 		defer t.Stop()
-		timeout = t.C
+		timeout = t.C()
 	}
 	select {
 	case <-w.wakec:
 	case <-timeout:
+	case <-req.Closing:
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
