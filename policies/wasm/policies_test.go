@@ -334,32 +334,6 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 }
 
-func TestBreakerHalfOpenAdmitsOneProbe(t *testing.T) {
-	b := breaker{threshold: 2, cooldown: 100}
-	if !b.allow(0) || b.failure(1) || !b.failure(2) {
-		t.Fatal("should open at the second failure")
-	}
-	if b.allow(50) || b.allow(101) {
-		t.Fatal("allowed during the cooldown")
-	}
-	if !b.allow(102) {
-		t.Fatal("no probe after the cooldown")
-	}
-	if b.allow(103) || b.allow(500) {
-		t.Fatal("a second caller got through while half-open")
-	}
-	b.success()
-	if !b.allow(501) || !b.allow(502) {
-		t.Fatal("not closed after a successful probe")
-	}
-	disabled := breaker{}
-	for i := range 100 {
-		if disabled.failure(int64(i)) || !disabled.allow(int64(i)) {
-			t.Fatal("a disabled breaker opened")
-		}
-	}
-}
-
 func TestConfigOncePerInstanceAndLogs(t *testing.T) {
 	logger, logs := newLogRecorder()
 	r := newRuntime(t, RuntimeOptions{Logger: logger})
