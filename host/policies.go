@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/coordhost/coordhost/config"
@@ -141,3 +142,11 @@ func wasmOptions(p *config.Policy, name string, log *slog.Logger) wasm.ModuleOpt
 }
 
 var errNoPolicy = errors.New("host: no such policy")
+
+// defaultWasmCacheDir is where compiled WASM policies are cached.
+func defaultWasmCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "coordhost", "wasm")
+	}
+	return filepath.Join(os.TempDir(), "coordhost-wasm-cache")
+}

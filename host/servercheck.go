@@ -122,3 +122,19 @@ func infoInt(info, name string) int {
 	}
 	return -1
 }
+
+// warnServerHazards logs every server setting that can break coordhost's
+// guarantees (see ServerHazards). Dev mode's private server has no
+// persistence by design and is not checked.
+func (h *Host) warnServerHazards(ctx context.Context) {
+	if h.dev != nil || h.opts.SkipServerCheck {
+		return
+	}
+	hazards, err := ServerHazards(ctx, h.client)
+	for _, hz := range hazards {
+		h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
+	}
+	if err != nil {
+		h.log.Warn("could not check the redis settings coordhost relies on (appendonly, appendfsync, maxmemory-policy; see \"What the guarantees rest on\" in the package documentation of primitives/lock)", "err", err)
+	}
+}

@@ -27,7 +27,7 @@ func BenchmarkRetryDecision(b *testing.B) {
 				m := load(b, r, mod.path, o)
 				if mode == "guarded-nodeadline" {
 					m.timeout = 0
-					m.drain() // the instance Load made has a deadline timer
+					m.pool.drain() // the instance Load made has a deadline timer
 				}
 				p := m.Retry()
 				warm(b, m)
@@ -100,8 +100,8 @@ func BenchmarkInstantiate(b *testing.B) {
 					b.Fatal(err)
 				}
 				size = in.mem.Size()
-				<-m.tokens // newInstance expects the caller to hold a token
-				m.discard(in)
+				<-m.pool.tokens // newInstance expects the caller to hold a token
+				m.pool.discard(in)
 			}
 			b.ReportMetric(float64(size), "memory-bytes")
 		})
@@ -113,13 +113,13 @@ func warm(b *testing.B, m *Module) {
 	b.Helper()
 	var ins []*instance
 	for range m.MaxInstances() {
-		in, err := m.acquire(context.Background())
+		in, err := m.pool.acquire(context.Background())
 		if err != nil {
 			b.Fatal(err)
 		}
 		ins = append(ins, in)
 	}
 	for _, in := range ins {
-		m.release(in)
+		m.pool.release(in)
 	}
 }

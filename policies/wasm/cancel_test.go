@@ -134,7 +134,7 @@ func TestCancellationWhileWaitingForAnInstance(t *testing.T) {
 	}()
 	defer func() { stopBusy(); wg.Wait() }()
 	// Wait until the busy call holds the only instance.
-	for deadline := time.Now().Add(returnsSoon); len(m.idle) != 0; {
+	for deadline := time.Now().Add(returnsSoon); len(m.pool.idle) != 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the busy call never took the instance")
 		}
@@ -179,11 +179,11 @@ func TestDeadlineAddsNoAllocationWithoutCancellableContext(t *testing.T) {
 	p.DecideRetry(context.Background(), req)
 	ours := testing.AllocsPerRun(500, func() { p.DecideRetry(context.Background(), req) })
 
-	in, err := m.acquire(context.Background())
+	in, err := m.pool.acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.release(in)
+	defer m.pool.release(in)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stack [5]uint64
@@ -228,12 +228,12 @@ func TestDeadlineStopsAGrowingLoop(t *testing.T) {
 		{"caller", longCallTimeout, func() context.Context { return cancelAfter(t, 50*ms) }, 1},
 	} {
 		m := load(t, r, testdata("growloop"), ModuleOptions{CallTimeout: c.timeout, FallbackRetry: sentinelRetry})
-		in, err := m.acquire(context.Background())
+		in, err := m.pool.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		lm := in.lm
-		m.release(in)
+		m.pool.release(in)
 		start := time.Now()
 		if got := m.Retry().DecideRetry(c.ctx(), policies.RetryRequest{Attempt: 2}); got.Delay != 777*ms {
 			t.Errorf("%s: %+v, want the fallback", c.name, got)

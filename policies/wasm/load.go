@@ -151,14 +151,10 @@ func (r *Runtime) Load(ctx context.Context, wasm []byte, o ModuleOptions) (*Modu
 	}
 	// Create the first instance now, so a bad ABI version or config fails
 	// Load; it waits in the pool for the first call.
-	<-m.tokens
-	in, err := m.newInstance(ctx)
-	if err != nil {
-		m.tokens <- struct{}{}
+	if err := m.pool.fill(ctx); err != nil {
 		_ = m.Close(ctx)
 		return nil, err
 	}
-	m.release(in)
 	return m, nil
 }
 

@@ -125,7 +125,7 @@ func (m *Module) acquireFor(ctx context.Context) (*instance, Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, OutcomeCanceled, fmt.Errorf("wasm: module %q: not called: %w", m.name, err)
 	}
-	in, err := m.acquire(ctx)
+	in, err := m.pool.acquire(ctx)
 	switch {
 	case err == nil:
 		return in, OutcomeOK, nil
@@ -158,10 +158,10 @@ func (m *Module) callRetry(ctx context.Context, r policies.RetryRequest) (polici
 	v := int64(s[0])
 	d, ok := decodeRetry(v)
 	if !ok {
-		m.discard(in)
+		m.pool.discard(in)
 		return d, OutcomeBadResult, fmt.Errorf("%w: module %q: retry_decide returned %d: delay above %d ms", ErrCall, m.name, v, MaxDelayMS)
 	}
-	m.release(in)
+	m.pool.release(in)
 	return d, OutcomeOK, nil
 }
 
@@ -207,7 +207,7 @@ func (m *Module) callStarvation(ctx context.Context, r policies.StarvationReques
 	if o, err := m.run(ctx, in, in.starv, s); err != nil {
 		return 0, o, err
 	}
-	m.release(in)
+	m.pool.release(in)
 	v := int64(s[0])
 	if v < 0 || v > MaxDelayMS {
 		return policies.Unbounded, OutcomeOK, nil
@@ -226,12 +226,12 @@ func (m *Module) callPartition(ctx context.Context, r policies.PartitionRequest)
 	}
 	buf, ok := in.mem.Read(in.ioPtr, in.ioCap)
 	if !ok {
-		m.discard(in)
+		m.pool.discard(in)
 		return "", OutcomeBadResult, fmt.Errorf("%w: module %q: I/O area outside memory", ErrCall, m.name)
 	}
 	n, ok := encodePartition(buf, r, &in.keys)
 	if !ok {
-		m.release(in)
+		m.pool.release(in)
 		return "", OutcomeRefused, fmt.Errorf("wasm module %q: partition request of kind %s, name %s with %d attributes does not fit the I/O area of %d bytes",
 			m.name, policies.QuoteText(r.Kind), policies.QuoteText(r.Name), len(r.Attributes), in.ioCap)
 	}
@@ -249,20 +249,20 @@ func (m *Module) callPartition(ctx context.Context, r policies.PartitionRequest)
 			break
 		}
 		key := string(b)
-		m.release(in)
+		m.pool.release(in)
 		return key, OutcomeOK, nil
 	case res == 0:
-		m.release(in)
+		m.pool.release(in)
 		return "", OutcomeRefused, fmt.Errorf("wasm module %q: empty partition key", m.name)
 	case res < 0 && int64(-res)-1 <= int64(in.ioCap):
 		msg := in.message(int64(-res) - 1)
-		m.release(in)
+		m.pool.release(in)
 		if msg == "" {
 			return "", OutcomeRefused, fmt.Errorf("wasm module %q: refused (no message)", m.name)
 		}
 		return "", OutcomeRefused, fmt.Errorf("wasm module %q: refused: %s", m.name, policies.QuoteText(msg))
 	}
-	m.discard(in)
+	m.pool.discard(in)
 	return "", OutcomeBadResult, fmt.Errorf("%w: module %q: partition_key returned %d (I/O area of %d bytes)", ErrCall, m.name, res, in.ioCap)
 }
 
@@ -308,7 +308,7 @@ func encodePartition(buf []byte, r policies.PartitionRequest, keys *[]string) (i
 // Each call is bounded by the module's CallTimeout and stopped when ctx
 // ends (then the error wraps ctx's). The host runs it at load and reload.
 func (m *Module) SelfTest(ctx context.Context) error {
-	if m.closed.Load() {
+	if m.pool.closed.Load() {
 		return fmt.Errorf("wasm: module %q: %w", m.name, ErrClosed)
 	}
 	var errs []error
