@@ -284,60 +284,36 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 	return nil
 }
 
-// attempt runs the acquire script once. On the engine's tracking
-// connection (c.ID != 0) it runs there; otherwise on a fenced connection of
-// its own. A lost reply is fenced with CLIENT KILL, then released with an
-// owner check.
+// attempt runs the acquire script once: on the engine's tracking
+// connection when c is one (c.ID != 0), else on a fenced connection of its
+// own. A lost reply is fenced with CLIENT KILL, then released with an
+// owner check (fence.Attempt).
 func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
-	var conn rueidis.CoreClient = c.CoreClient
-	var fc *fence.Conn
-	id, addr, laddr := c.ID, c.Addr, ""
-	if c.ID == 0 {
-		var err error
-		if fc, err = ls.fences.Get(ctx, r.key); err != nil {
-			if errors.Is(err, fence.ErrNoPermission) {
-				return nil, 0, fmt.Errorf("lease %q: %w", r.key, err)
-			}
-			if ctx.Err() != nil {
-				return nil, 0, fmt.Errorf("lease %q: %w", r.key, ctx.Err())
-			}
-			// Nothing was sent yet: safe to retry.
-			return nil, 0, &base.Uncertain{Name: fmt.Sprintf("lease %q", r.key), Op: "acquire", Settled: "no connection, nothing sent", Err: err}
-		}
-		conn, id, addr, laddr = fc, fc.ID, fc.Addr, fc.LAddr
-	}
+	name := fmt.Sprintf("lease %q", r.key)
 	sent := time.Now()
-	vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
+	vals, err := fence.Attempt(ctx, ls.fences, c.CoreClient, c.Identity, name, r.key,
+		func(ctx context.Context, conn rueidis.CoreClient) ([]rueidis.RedisMessage, error) {
+			vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
+			return vals, acquireScript.Classify(err)
+		},
+		func(ctx context.Context) error { return ls.release(ctx, r) })
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("lease: acquire script returned %d values, want 2", len(vals))
 	}
 	if err != nil {
-		err = acquireScript.Classify(err)
-		if script.IsUncertain(err) {
-			if fc != nil {
-				fc.Discard()
-			}
-			if ferr := ls.settle(ctx, r, id, addr, laddr); ferr != nil {
-				return nil, 0, fmt.Errorf("lease %q field %q: acquire outcome unknown and could not be settled: %w (%w)", r.key, r.field, ferr, err)
-			}
-			return nil, 0, &base.Uncertain{Name: fmt.Sprintf("lease %q", r.key), Op: "acquire", Settled: "fenced and released", Err: err}
+		if errors.Is(err, base.ErrUncertain) {
+			return nil, 0, err
 		}
-		if fc != nil {
-			ls.fences.Put(fc)
-		}
-		return nil, 0, mapScriptErr(fmt.Sprintf("lease %q", r.key), err)
-	}
-	if fc != nil {
-		ls.fences.Put(fc)
+		return nil, 0, mapScriptErr(name, err)
 	}
 	flag, err := vals[0].AsInt64()
 	if err != nil {
-		return nil, 0, fmt.Errorf("lease %q: acquire script: %w", r.key, err)
+		return nil, 0, fmt.Errorf("%s: acquire script: %w", name, err)
 	}
 	if flag == 0 {
 		pttl, err := vals[1].AsInt64()
 		if err != nil {
-			return nil, 0, fmt.Errorf("lease %q: acquire script: %w", r.key, err)
+			return nil, 0, fmt.Errorf("%s: acquire script: %w", name, err)
 		}
 		return nil, time.Duration(pttl) * time.Millisecond, nil
 	}
@@ -345,25 +321,9 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 	l.h.Init(ls.client, nil, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
 	if l.h.Expired() {
 		ls.release(ctx, r)
-		return nil, 0, &base.LateGrant{Name: fmt.Sprintf("lease %q", r.key)}
+		return nil, 0, &base.LateGrant{Name: name}
 	}
 	return l, 0, nil
-}
-
-// settle fences the connection the uncertain command went out on, then
-// releases the token with an owner check, on a context that survives the
-// caller's cancellation but is bounded. The release runs even when the
-// kill failed: it settles a grant that already landed; the error then says
-// a delayed one could still land.
-func (ls *Leases) settle(ctx context.Context, r *request, id int64, addr, laddr string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCloseTimeout)
-	defer cancel()
-	kerr := ls.fences.Kill(ctx, id, addr, laddr)
-	rerr := ls.release(ctx, r)
-	if kerr != nil {
-		return fmt.Errorf("connection not fenced (%w); released: %v", kerr, rerr == nil)
-	}
-	return rerr
 }
 
 func (ls *Leases) release(ctx context.Context, r *request) error {

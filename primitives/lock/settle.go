@@ -45,7 +45,7 @@ func (l *Locker) settle(ctx context.Context, c wait.Conn, r *request, leave bool
 		if !script.IsUncertain(run(c.CoreClient)) {
 			return
 		}
-		_ = fence.KillID(ctx, l.client, c.ID, c.Addr, "")
+		_ = fence.Kill(ctx, l.client, c.Identity)
 	} else {
 		defer l.settleLater(sc, keys, args)
 	}

@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coordhost/coordhost/primitives/internal/base"
+	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/redis/rueidis"
 )
 
@@ -25,13 +27,39 @@ var ErrNoPermission = fmt.Errorf("%w: fencing uncertain outcomes needs the CLIEN
 // maxIdle bounds the connections a Pool keeps for reuse.
 const maxIdle = 16
 
+// Identity names one connection on the server, as CLIENT INFO reports
+// it: enough to CLIENT KILL exactly that connection and no other.
+type Identity struct {
+	ID    int64  // CLIENT ID (id=); 0 when unknown
+	Addr  string // this end's address as the server sees it (addr=)
+	LAddr string // the server's address as the server sees it (laddr=); picks the node in a cluster
+}
+
+// ParseClientInfo reads the identity from a CLIENT INFO reply (RESP2 bulk
+// or RESP3 verbatim string, "txt:" prefix and all). An identity without an
+// id is an error.
+func ParseClientInfo(info string) (Identity, error) {
+	var id Identity
+	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
+		if v, ok := strings.CutPrefix(f, "id="); ok {
+			id.ID, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(f, "laddr="); ok {
+			id.LAddr = v
+		} else if v, ok := strings.CutPrefix(f, "addr="); ok {
+			id.Addr = v
+		}
+	}
+	if id.ID <= 0 {
+		return Identity{}, fmt.Errorf("fence: CLIENT INFO without an id: %q", info)
+	}
+	return id, nil
+}
+
 // Conn is a dedicated connection with a known server-side identity.
 type Conn struct {
 	rueidis.DedicatedClient
+	Identity
 	cancel func()
-	ID     int64
-	Addr   string // this end's address as the server sees it (addr=)
-	LAddr  string // the server's address as the server sees it (laddr=)
 }
 
 // Pool hands out fenced connections. Safe for concurrent use.
@@ -83,21 +111,13 @@ func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
 		}
 		return nil, err
 	}
-	c := &Conn{DedicatedClient: dc, cancel: cancel}
-	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
-		if v, ok := strings.CutPrefix(f, "id="); ok {
-			c.ID, _ = strconv.ParseInt(v, 10, 64)
-		} else if v, ok := strings.CutPrefix(f, "laddr="); ok {
-			c.LAddr = v
-		} else if v, ok := strings.CutPrefix(f, "addr="); ok {
-			c.Addr = v
-		}
+	id, err := ParseClientInfo(info)
+	if err != nil {
+		dc.Close()
+		cancel()
+		return nil, err
 	}
-	if c.ID == 0 {
-		c.Discard()
-		return nil, fmt.Errorf("fence: CLIENT INFO without an id: %q", info)
-	}
-	return c, nil
+	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel}, nil
 }
 
 // Put returns a healthy connection for reuse (standalone) or gives its wire
@@ -130,12 +150,13 @@ func (c *Conn) Discard() {
 // never kills a stranger; laddr (the server's address) picks the node in a
 // cluster, where ids are per node. "No such client" counts as success: the
 // connection is already gone.
-func (p *Pool) Kill(ctx context.Context, id int64, addr, laddr string) error {
-	return KillID(ctx, p.client, id, addr, laddr)
+func (p *Pool) Kill(ctx context.Context, who Identity) error {
+	return Kill(ctx, p.client, who)
 }
 
-// KillID is Kill for any client (see Pool.Kill).
-func KillID(ctx context.Context, client rueidis.Client, id int64, addr, laddr string) error {
+// Kill is Pool.Kill for any client.
+func Kill(ctx context.Context, client rueidis.Client, who Identity) error {
+	id, addr, laddr := who.ID, who.Addr, who.LAddr
 	cmd := func(c rueidis.Client) rueidis.Completed {
 		b := c.B().ClientKill().Id(id)
 		switch {
@@ -198,4 +219,67 @@ func isNoPerm(err error) bool {
 func isNoSuchClient(err error) bool {
 	rerr, ok := rueidis.IsRedisErr(err)
 	return ok && strings.Contains(rerr.Error(), "No such client")
+}
+
+// Attempt sends one command whose outcome must be settled even when its
+// reply is lost: on (with identity who) when who is known, else on a pooled
+// connection of p, which it then returns or discards. On an uncertain
+// outcome it fences the connection and settles with settle (an
+// owner-checked release), and returns a *base.Uncertain: the caller is
+// then not holding anything. name (e.g. `lease "h"`) is for errors; key
+// places the pooled connection in a cluster. Without the CLIENT
+// permission it fails with an error wrapping ErrNoPermission before
+// sending anything; without a connection, with a *base.Uncertain that says
+// nothing was sent (worth a retry).
+func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Identity, name, key string,
+	send func(context.Context, rueidis.CoreClient) (R, error), settle func(context.Context) error) (R, error) {
+	var zero R
+	var fc *Conn
+	if who.ID == 0 {
+		var err error
+		if fc, err = p.Get(ctx, key); err != nil {
+			switch {
+			case errors.Is(err, ErrNoPermission):
+				return zero, fmt.Errorf("%s: %w", name, err)
+			case ctx.Err() != nil:
+				return zero, fmt.Errorf("%s: %w", name, ctx.Err())
+			}
+			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "no connection, nothing sent", Err: err}
+		}
+		on, who = fc, fc.Identity
+	}
+	r, err := send(ctx, on)
+	if err != nil && script.IsUncertain(err) {
+		if fc != nil {
+			fc.Discard()
+		}
+		if serr := p.Settle(ctx, who, settle); serr != nil {
+			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "not settled: " + serr.Error(), Err: err}
+		}
+		return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "fenced and released", Err: err}
+	}
+	if fc != nil {
+		p.Put(fc)
+	}
+	return r, err
+}
+
+// SettleTimeout bounds Settle.
+const SettleTimeout = 2 * time.Second
+
+// Settle fences the connection who (CLIENT KILL), so that a command still
+// in flight on it has run or never will, then runs settle (an owner-checked
+// release), on a context that survives the caller's cancellation but is
+// bounded by SettleTimeout. settle runs even when the kill failed: it
+// settles a grant that already landed; the error then says a delayed one
+// could still land.
+func (p *Pool) Settle(ctx context.Context, who Identity, settle func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
+	defer cancel()
+	kerr := p.Kill(ctx, who)
+	rerr := settle(ctx)
+	if kerr != nil {
+		return fmt.Errorf("connection not fenced (%w); released: %v", kerr, rerr == nil)
+	}
+	return rerr
 }

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/redis/rueidis"
 )
 
@@ -25,8 +25,7 @@ type dconn struct {
 	cancel func()
 	errc   <-chan error
 	mode   Mode
-	id     int64               // CLIENT ID, 0 if unknown
-	addr   string              // CLIENT INFO addr=: this end, as the server sees it
+	who    fence.Identity      // from CLIENT INFO; ID 0 if unknown
 	subs   map[string]struct{} // channels confirmed subscribed
 	// unsubbing holds channels whose UNSUBSCRIBE is in flight; the channel
 	// closes when it completed.
@@ -81,7 +80,7 @@ func dial(client rueidis.Client, want Mode, onMsg func(rueidis.PubSubMessage), o
 	} else if !cluster && want != ModeChannel {
 		info, err := c.Do(ctx, c.B().ClientInfo().Build()).ToString()
 		if err == nil {
-			d.id, d.addr = infoField(info, "id="), infoAddr(info)
+			d.who, _ = fence.ParseClientInfo(info)
 		}
 		if err == nil && strings.Contains(info, " resp=3") {
 			// Turn tracking off first: a pooled connection may carry the
@@ -105,25 +104,4 @@ func dial(client rueidis.Client, want Mode, onMsg func(rueidis.PubSubMessage), o
 func isTransport(err error) bool {
 	_, ok := rueidis.IsRedisErr(err)
 	return err != nil && !ok
-}
-
-// infoField parses a numeric field (e.g. "id=") of a CLIENT INFO line.
-func infoField(info, name string) int64 {
-	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
-		if v, ok := strings.CutPrefix(f, name); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// infoAddr parses the addr= field of a CLIENT INFO line.
-func infoAddr(info string) string {
-	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
-		if v, ok := strings.CutPrefix(f, "addr="); ok {
-			return v
-		}
-	}
-	return ""
 }

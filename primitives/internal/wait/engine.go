@@ -30,6 +30,7 @@ import (
 
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives/internal/clock"
+	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/redis/rueidis"
 )
 
@@ -92,13 +93,11 @@ type Outcome struct {
 // Conn is the connection an attempt must use.
 type Conn struct {
 	rueidis.CoreClient
-	// ID is the server's CLIENT ID of the connection when it is the
+	// Identity names the connection on the server when it is the
 	// engine's dedicated one (track mode), so a primitive that must fence
-	// an uncertain outcome can CLIENT KILL it; 0 for the shared client.
-	ID int64
-	// Addr is the connection's address as the server sees it (CLIENT INFO
-	// addr=), to kill it by ID and ADDR together.
-	Addr string
+	// an uncertain outcome can CLIENT KILL it; zero (ID 0) for the shared
+	// client.
+	fence.Identity
 }
 
 // Attempt tries once to acquire, on the given connection.
@@ -369,7 +368,7 @@ func (e *Engine) attemptOnce(ctx context.Context, req Request, q *queue, w *wait
 	}
 	c := Conn{CoreClient: e.client}
 	if conn != nil && mode == ModeTrack {
-		c = Conn{CoreClient: conn.c, ID: conn.id, Addr: conn.addr}
+		c = Conn{CoreClient: conn.c, Identity: conn.who}
 	}
 	e.mu.Lock()
 	e.stats.Attempts++
