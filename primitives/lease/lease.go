@@ -114,9 +114,7 @@ type Leases struct {
 	once   sync.Once
 	fences *fence.Pool
 
-	mu        sync.Mutex
-	supported int // 0 unknown, 1 yes, -1 no
-	version   string
+	fieldExpiry probe.Feature
 }
 
 // New returns Leases on client. It sends nothing. Errors wrap
@@ -130,11 +128,12 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	ls := &Leases{
-		client: client,
-		space:  keys.Space{Prefix: opts.Prefix},
-		retry:  retry,
-		closed: make(chan struct{}),
-		fences: fence.NewPool(client),
+		client:      client,
+		space:       keys.Space{Prefix: opts.Prefix},
+		retry:       retry,
+		closed:      make(chan struct{}),
+		fences:      fence.NewPool(client),
+		fieldExpiry: probe.Feature{Commands: []string{"hpexpire", "hpttl"}},
 	}
 	if opts.Waiter == nil {
 		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
@@ -259,27 +258,16 @@ func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
 	return d, ms, nil
 }
 
-// checkServer probes once for HPEXPIRE/HPTTL; transport errors are not
-// cached.
+// checkServer asks the server for HPEXPIRE/HPTTL, at most once per
+// probe.DefaultInterval (a server may be upgraded or failed over);
+// transport errors are not cached.
 func (ls *Leases) checkServer(ctx context.Context) error {
-	ls.mu.Lock()
-	s, v := ls.supported, ls.version
-	ls.mu.Unlock()
-	if s == 0 {
-		ok, err := probe.HasCommands(ctx, ls.client, "hpexpire", "hpttl")
-		if err != nil {
-			return fmt.Errorf("lease: probing the server for hash-field expiry: %w", err)
-		}
-		s = 1
-		if !ok {
-			s, v = -1, probe.Version(ctx, ls.client)
-		}
-		ls.mu.Lock()
-		ls.supported, ls.version = s, v
-		ls.mu.Unlock()
+	has, version, err := ls.fieldExpiry.Check(ctx, ls.client)
+	if err != nil {
+		return fmt.Errorf("lease: probing the server for hash-field expiry: %w", err)
 	}
-	if s < 0 {
-		return fmt.Errorf("%w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer); the server is Redis %s", ErrUnsupportedServer, v)
+	if !has {
+		return fmt.Errorf("%w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer); the server is %s", ErrUnsupportedServer, version)
 	}
 	return nil
 }
