@@ -20,31 +20,18 @@ import (
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(removingPlugin{redistest.ExampleMain(m, 7, &exampleAddr)}, opts...)
-}
-
-// removingPlugin removes the example plugin examplePlugin built, after the
-// tests.
-type removingPlugin struct{ m interface{ Run() int } }
-
-func (r removingPlugin) Run() int {
-	defer func() {
+	xtest.Main(m, xtest.ExampleServer(7, &exampleAddr), xtest.After(func() {
 		if pluginBin != "" {
-			os.RemoveAll(filepath.Dir(pluginBin))
+			os.RemoveAll(filepath.Dir(pluginBin)) // built by examplePlugin
 		}
-	}()
-	return r.m.Run()
+	}))
 }
 
 // exampleAddr is the server the runnable examples talk to.

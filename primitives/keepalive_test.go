@@ -6,18 +6,12 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(redistest.ExampleMain(m, 7, &exampleAddr), opts...)
-}
+func TestMain(m *testing.M) { xtest.Main(m, xtest.ExampleServer(7, &exampleAddr)) }
 
 // exampleAddr is the server the runnable examples talk to.
 var exampleAddr string

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/redis/rueidis"
 
 	"github.com/coordhost/coordhost/host/devredis"
@@ -149,7 +150,7 @@ func TestHoldKeyExistsWhileRunning(t *testing.T) {
 	te := newTestEnv(t, nil)
 	done := runHoldAsync(te, "-redis", d.Socket(), "-ttl", "300ms", "job", "--", "sh", "-c",
 		"touch "+started+"; while [ ! -e "+release+" ]; do sleep 0.02; done")
-	waitFor(t, 5*time.Second, "CMD to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "CMD to start", fileExists(started))
 	// Longer than the ttl: the keep-alive must be renewing it.
 	time.Sleep(700 * time.Millisecond)
 	if !keyExists(t, c, "coordhost:lock:job") {
@@ -254,7 +255,7 @@ func TestHoldLostLock(t *testing.T) {
 			started := filepath.Join(t.TempDir(), "started")
 			te := newTestEnv(t, nil)
 			done := runHoldAsync(te, "-redis", d.Socket(), "-ttl", "600ms", name, "--", "sh", "-c", tc.script, "sh", started)
-			waitFor(t, 5*time.Second, "CMD to start", fileExists(started))
+			xtest.Eventually(t, 5*time.Second, "CMD to start", fileExists(started))
 			t0 := time.Now()
 			if err := c.Do(ctx, tc.steal(key)).Error(); err != nil {
 				t.Fatal(err)
@@ -293,7 +294,7 @@ func TestHoldLostLockPausedServer(t *testing.T) {
 	te.grace = 300 * time.Millisecond
 	// CMD ignores SIGTERM: it must be killed after the grace.
 	done := runHoldAsync(te, "-redis", srv.Addr, "-ttl", "900ms", "job", "--", "sh", "-c", `trap '' TERM; touch "$1"; sleep 30`, "sh", started)
-	waitFor(t, 5*time.Second, "CMD to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "CMD to start", fileExists(started))
 	srv.Pause()
 	resumed := false
 	defer func() {
@@ -301,10 +302,10 @@ func TestHoldLostLockPausedServer(t *testing.T) {
 			srv.Resume()
 		}
 	}()
-	waitFor(t, 5*time.Second, "the loss to be noticed", func() bool {
+	xtest.Eventually(t, 5*time.Second, "the loss to be noticed", func() bool {
 		return strings.Contains(te.errOut.String(), `lost lock "job"`)
 	})
-	waitFor(t, 5*time.Second, "SIGKILL", func() bool {
+	xtest.Eventually(t, 5*time.Second, "SIGKILL", func() bool {
 		return strings.Contains(te.errOut.String(), "sh still running 300ms after SIGTERM; sending SIGKILL")
 	})
 	srv.Resume()
@@ -418,7 +419,7 @@ func TestHoldDevMode(t *testing.T) {
 			// The signal is forwarded to CMD, which exits 5.
 			p := startProc(t, []string{devredis.ServerEnv + "=" + server, "TMPDIR=" + tmp},
 				append([]string{"lock", "hold", "job", "--"}, waitSignalCmd(started, 5)...)...)
-			waitFor(t, 10*time.Second, "CMD to start", fileExists(started))
+			xtest.Eventually(t, 10*time.Second, "CMD to start", fileExists(started))
 			m := waitOutput(t, time.Second, p.stderr, devRE)
 			pid, _ := strconv.Atoi(m[2])
 			p.signal(t, sig)
@@ -447,7 +448,7 @@ func TestHoldDevMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := startProc(t, []string{devredis.ServerEnv + "=" + fake, "TMPDIR=" + tmp}, "lock", "hold", "job", "--", "true")
-		waitFor(t, 10*time.Second, "fake server to start", fileExists(pidFile))
+		xtest.Eventually(t, 10*time.Second, "fake server to start", fileExists(pidFile))
 		p.signal(t, syscall.SIGTERM)
 		if code := p.wait(t, 10*time.Second); code != 143 {
 			t.Fatalf("exit status %d, want 143; stderr:\n%s", code, p.stderr)

@@ -15,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/coordhost/coordhost/host/devredis"
-	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // asMainEnv makes the test binary act as coordhost itself, so that tests
@@ -46,12 +44,8 @@ func TestMain(m *testing.M) {
 	}
 	// A client whose connection failed (unreachable server, bad
 	// credentials) leaves rueidis' reconnect backoff sleeping for a while
-	// after Close.
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, opts...)
+	// after Close: xtest.Main ignores it.
+	xtest.Main(m)
 }
 
 // waitSignalChild is a CMD for tests: args are MARKER STATUS. It creates
@@ -194,18 +188,6 @@ func startTestDevRedis(t testing.TB) *devredis.Server {
 	}
 	t.Cleanup(func() { _ = d.Stop() })
 	return d
-}
-
-// waitFor polls cond every 5ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // processGone reports whether pid no longer exists (or is a zombie).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/host/devredis"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // httpGet fetches url without keeping the connection (goleak) and returns
@@ -177,7 +178,7 @@ func TestServeSignalWhileStarting(t *testing.T) {
 	}
 	path := writeConfig(t, "lock \"job\" {\n  ttl = \"5s\"\n}\n")
 	p := startProc(t, []string{devredis.ServerEnv + "=" + fake, "TMPDIR=" + tmp}, "serve", "-config", path, "-listen", "127.0.0.1:0")
-	waitFor(t, 10*time.Second, "fake server to start", fileExists(pidFile))
+	xtest.Eventually(t, 10*time.Second, "fake server to start", fileExists(pidFile))
 	p.signal(t, syscall.SIGHUP) // remembered, not fatal
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t, 10*time.Second); code != 143 {

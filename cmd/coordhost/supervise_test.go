@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 )
 
@@ -120,7 +121,7 @@ func TestLostLockStopsChild(t *testing.T) {
 	lost := make(chan struct{})
 	cmd := shCmd("touch " + started + "; sleep 30")
 	done := supervise(t, s, cmd, lost)
-	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(started))
 	t0 := time.Now()
 	close(lost)
 	res := awaitResult(t, done, 5*time.Second)
@@ -145,7 +146,7 @@ func TestLostLockKillsAfterGrace(t *testing.T) {
 	lost := make(chan struct{})
 	cmd := shCmd("trap '' TERM; touch " + started + "; sleep 30")
 	done := supervise(t, s, cmd, lost)
-	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(started))
 	t0 := time.Now()
 	close(lost)
 	res := awaitResult(t, done, 5*time.Second)
@@ -172,7 +173,7 @@ func leftoverCmd(pidFile, setup, script string) *exec.Cmd {
 // readPid reads the pid that leftoverCmd wrote.
 func readPid(t *testing.T, pidFile string) int {
 	t.Helper()
-	waitFor(t, 5*time.Second, "child to start", fileExists(pidFile))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(pidFile))
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestLostLockKillsLeftoverGroup(t *testing.T) {
 	if d := time.Since(t0); d < grace {
 		t.Fatalf("run returned %v after SIGTERM, before the grace of %v", d, grace)
 	}
-	waitFor(t, 2*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
+	xtest.Eventually(t, 2*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
 	want := "lost lock \"job\"; stopping sh (SIGTERM now, SIGKILL in 300ms)\n" +
 		"processes of sh's group still running 300ms after SIGTERM; sending SIGKILL\n"
 	if log.String() != want {
@@ -224,7 +225,7 @@ func TestLostLockGroupExitsInGrace(t *testing.T) {
 	lost := make(chan struct{})
 	cmd := shCmd("trap 'exit 0' TERM; sleep 30 & touch " + started + "; wait")
 	done := supervise(t, s, cmd, lost)
-	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(started))
 	close(lost)
 	res := awaitResult(t, done, 5*time.Second)
 	if res.status != 0 || !res.lost || res.killed || strings.Contains(log.String(), "SIGKILL;") {
@@ -259,7 +260,7 @@ func TestLostAtReleaseStopsLeftovers(t *testing.T) {
 			if status != exitFailure {
 				t.Errorf("status %d, want %d", status, exitFailure)
 			}
-			waitFor(t, 5*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
+			xtest.Eventually(t, 5*time.Second, fmt.Sprintf("grandchild %d to be gone", pid), func() bool { return processGone(pid) })
 			want := "coordhost: lock \"job\" was lost before sh exited (release found " + tc.result.String() + ")\n" +
 				"coordhost: lost lock \"job\"; sh exited, but processes of its group still run: stopping them (SIGTERM now, SIGKILL in 200ms)\n" +
 				"coordhost: processes of sh's group still running 200ms after SIGTERM; sending SIGKILL\n"
@@ -298,7 +299,7 @@ func TestSignalsForwarded(t *testing.T) {
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	cmd.SysProcAttr = childSysProcAttr(true)
 	done := supervise(t, s, cmd, nil)
-	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(started))
 	sigs <- syscall.SIGINT
 	res := awaitResult(t, done, 5*time.Second)
 	if res.status != 42 || res.lost {
@@ -317,7 +318,7 @@ func TestSkipForward(t *testing.T) {
 	// exec: the shell becomes sleep, so the signal reaches it directly.
 	cmd := exec.Command("sh", "-c", "touch "+started+"; exec sleep 30")
 	done := supervise(t, s, cmd, nil)
-	waitFor(t, 5*time.Second, "child to start", fileExists(started))
+	xtest.Eventually(t, 5*time.Second, "child to start", fileExists(started))
 	sigs <- syscall.SIGINT
 	select {
 	case res := <-done:

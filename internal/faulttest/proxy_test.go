@@ -11,17 +11,11 @@ import (
 
 	"github.com/coordhost/coordhost/internal/faulttest"
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, opts...)
-}
+func TestMain(m *testing.M) { xtest.Main(m) }
 
 // raw is a plain RESP connection through a proxy.
 type raw struct {

@@ -627,32 +627,6 @@ func findServer(major int) (string, error) {
 	return bin, nil
 }
 
-// ExampleMain wraps m for TestMain of a package with runnable examples:
-// its Run starts a server of the given major version (StartForExamples),
-// stores its address in *addr, runs the tests and examples, and stops the
-// server, so a goroutine-leak check after Run (goleak.VerifyTestMain) sees
-// none of it. A server that cannot start fails the run.
-func ExampleMain(m *testing.M, major int, addr *string) interface{ Run() int } {
-	return exampleMain{m, major, addr}
-}
-
-type exampleMain struct {
-	m     *testing.M
-	major int
-	addr  *string
-}
-
-func (e exampleMain) Run() int {
-	addr, stop, err := StartForExamples(e.major)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer stop()
-	*e.addr = addr
-	return e.m.Run()
-}
-
 // StartForExamples starts a standalone server of the given major version
 // for runnable examples, which cannot take a testing.TB: call it from
 // TestMain and call stop after m.Run. The server runs as Start's do

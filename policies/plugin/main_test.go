@@ -12,34 +12,23 @@ import (
 	"sync"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // buildDir holds the plugin binaries the tests build, once per test binary.
 var buildDir string
 
+// Nothing but rueidis' bounded goroutines is ignored. go-plugin's
+// Client.Kill waits for its process goroutines but not for the three its
+// gRPC client starts (GRPCBroker.Run, gRPCBrokerClientImpl.StartStream,
+// grpcStdioClient.Run); they return as soon as Kill closes the
+// connection, and in practice are gone when Close returns. goleak's
+// retries cover any remaining instant.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "coordhost-plugin-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "plugin tests:", err)
-		os.Exit(1)
-	}
-	buildDir = dir
-	code := m.Run()
-	if code == 0 {
-		// Nothing is ignored. go-plugin's Client.Kill waits for its process
-		// goroutines but not for the three its gRPC client starts
-		// (GRPCBroker.Run, gRPCBrokerClientImpl.StartStream,
-		// grpcStdioClient.Run); they return as soon as Kill closes the
-		// connection, and in practice are gone when Close returns.
-		// goleak.Find's retries cover any remaining instant.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	xtest.Main(m, xtest.Before(func() (err error) {
+		buildDir, err = os.MkdirTemp("", "coordhost-plugin-test-")
+		return err
+	}), xtest.After(func() { os.RemoveAll(buildDir) }))
 }
 
 // pluginBin is a built plugin executable and its sha256.

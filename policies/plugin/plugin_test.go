@@ -43,18 +43,6 @@ func launch(t *testing.T, bin pluginBin, mod func(*Options)) *Plugin {
 	return p
 }
 
-// eventually polls cond every 5ms for up to 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func processGone(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return errors.Is(err, syscall.ESRCH)

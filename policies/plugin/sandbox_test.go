@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 )
 
@@ -169,7 +170,7 @@ func TestRestartKillsDescendantsOfTheDeadProcess(t *testing.T) {
 	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	xtest.Eventually(t, 20*time.Second, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
 	eventuallyDead(t, "after the restart", pids)
 	// The new process spawned its own, which Close ends.
 	fresh := spawned(t, p)

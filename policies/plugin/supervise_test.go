@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 )
 
@@ -70,10 +71,10 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 	// Every decision from now on is the fallback's or the plugin's, never
 	// a wait; once the supervisor notices, it is the fallback's without a
 	// call.
-	eventually(t, "the fallback decision", func() bool {
+	xtest.Eventually(t, 20*time.Second, "the fallback decision", func() bool {
 		return retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 1}) == fallback
 	})
-	eventually(t, "the plugin to be marked down", func() bool { return !p.Stats().Up || p.Stats().PID != oldPID })
+	xtest.Eventually(t, 20*time.Second, "the plugin to be marked down", func() bool { return !p.Stats().Up || p.Stats().PID != oldPID })
 	if !p.Stats().Up {
 		calls := p.Stats().Retry.Calls
 		if got := retry.DecideRetry(context.Background(), policies.RetryRequest{Attempt: 2}); got != fallback {
@@ -94,7 +95,7 @@ func TestKilledProcessFallsBackAndRestarts(t *testing.T) {
 	if key, err := part.PartitionKey(context.Background(), cached); err != nil || key != "tenant:cached" {
 		t.Errorf("cached PartitionKey after the kill = %q, %v", key, err)
 	}
-	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	xtest.Eventually(t, 20*time.Second, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
 	if !processGone(oldPID) {
 		t.Errorf("old process %d still exists", oldPID)
 	}
@@ -128,8 +129,8 @@ func TestStarvationFallbackWhileDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The default fallback is strict writer preference.
-	eventually(t, "the fallback bound", func() bool { return starve.WriterBound(context.Background(), policies.StarvationRequest{}) == 0 })
-	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	xtest.Eventually(t, 20*time.Second, "the fallback bound", func() bool { return starve.WriterBound(context.Background(), policies.StarvationRequest{}) == 0 })
+	xtest.Eventually(t, 20*time.Second, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
 	if got := starve.WriterBound(context.Background(), policies.StarvationRequest{}); got != 5*time.Millisecond {
 		t.Fatalf("WriterBound after restart = %v, want 5ms", got)
 	}
@@ -160,14 +161,14 @@ func TestRestartBackoffUntilBinaryIsBack(t *testing.T) {
 	if err := syscall.Kill(oldPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "failed restarts", func() bool { return p.Stats().RestartFailures >= 4 })
+	xtest.Eventually(t, 20*time.Second, "failed restarts", func() bool { return p.Stats().RestartFailures >= 4 })
 	if st := p.Stats(); st.Up || st.Restarts != 0 {
 		t.Fatalf("Stats = %+v: the replaced executable must not be started", st)
 	}
 	if err := os.Rename(path+".good", path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the restart", func() bool { return p.Stats().Up })
+	xtest.Eventually(t, 20*time.Second, "the restart", func() bool { return p.Stats().Up })
 	st := p.Stats()
 	if st.Restarts != 1 || st.PID == oldPID {
 		t.Fatalf("Stats = %+v, want one restart with a new pid", st)
@@ -234,7 +235,7 @@ func TestCloseWhileRestarting(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the plugin to be marked down", func() bool { return !p.Stats().Up })
+	xtest.Eventually(t, 20*time.Second, "the plugin to be marked down", func() bool { return !p.Stats().Up })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestWedgedPluginRestarted(t *testing.T) {
 	if err := syscall.Kill(oldPID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
+	xtest.Eventually(t, 20*time.Second, "the restart", func() bool { st := p.Stats(); return st.Up && st.PID != oldPID })
 	if !processGone(oldPID) {
 		_ = syscall.Kill(oldPID, syscall.SIGKILL)
 		t.Fatalf("wedged process %d still exists", oldPID)

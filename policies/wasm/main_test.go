@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // sharedCacheDir is an on-disk compilation cache for the tests' runtimes,
@@ -19,17 +19,10 @@ import (
 var sharedCacheDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "coordhost-wasm-test-cache-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	sharedCacheDir = dir
-	defer os.RemoveAll(dir)
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
+	xtest.Main(m, xtest.Before(func() (err error) {
+		sharedCacheDir, err = os.MkdirTemp("", "coordhost-wasm-test-cache-")
+		return err
+	}), xtest.After(func() { os.RemoveAll(sharedCacheDir) }))
 }
 
 // Paths of the committed modules (scripts/build-wasm.sh builds them).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/lua"
 	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/redis/rueidis"
@@ -75,7 +76,7 @@ func TestUncertainAcquireIsFenced(t *testing.T) {
 		}
 	})
 	ls := newLeases(t, c, lease.Options{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	// Load the script, so the held-back EVALSHA would succeed on arrival.
 	warm, err := ls.TryAcquire(ctx, "h", "warm", time.Second)
 	if err != nil {
@@ -107,7 +108,7 @@ func TestNoClientPermission(t *testing.T) {
 	s.MustCmd(t, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-client")
 	c := s.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password, o.DisableCache = "limited", "pw", true })
 	ls := newLeases(t, c, lease.Options{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	_, err := ls.TryAcquire(ctx, "h", "f", time.Second)
 	if !errors.Is(err, lease.ErrNoClientPermission) {
 		t.Fatalf("got %v", err)

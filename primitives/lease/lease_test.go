@@ -12,20 +12,14 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(redistest.ExampleMain(m, 8, &exampleAddr), opts...)
-}
+func TestMain(m *testing.M) { xtest.Main(m, xtest.ExampleServer(8, &exampleAddr)) }
 
 // exampleAddr is the server the runnable examples talk to.
 var exampleAddr string
@@ -38,12 +32,6 @@ func newLeases(t *testing.T, c rueidis.Client, o lease.Options) *lease.Leases {
 	}
 	t.Cleanup(func() { ls.Close() })
 	return ls
-}
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 type target struct {
@@ -75,7 +63,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			c, cmd := tg.client(t)
-			ctx := ctxT(t, 20*time.Second)
+			ctx := xtest.Ctx(t, 20*time.Second)
 			ls := newLeases(t, c, lease.Options{Prefix: "app:"})
 			a, err := ls.TryAcquire(ctx, "workers", "w1", 10*time.Second)
 			if err != nil {
@@ -125,7 +113,7 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestExpiredOwnerCannotTouchReplacement(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	ls := newLeases(t, c, lease.Options{})
 	old, err := ls.TryAcquire(ctx, "h", "f", 50*time.Millisecond)
 	if err != nil {
@@ -157,7 +145,7 @@ func TestExpiredOwnerCannotTouchReplacement(t *testing.T) {
 func TestRefusedOnRedis7(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(7))
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	ls := newLeases(t, c, lease.Options{})
 	for name, call := range map[string]func() (*lease.Lease, error){
 		"TryAcquire": func() (*lease.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Second) },
@@ -177,7 +165,7 @@ func TestLeaseBadInputsWriteNothing(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
 	ls := newLeases(t, c, lease.Options{Prefix: "p:"})
-	ok := ctxT(t, 10*time.Second)
+	ok := xtest.Ctx(t, 10*time.Second)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.MustCmd(t, "SET", "p:str", "x")
@@ -231,7 +219,7 @@ func TestLeaseBadInputsWriteNothing(t *testing.T) {
 func TestWaitersPerField(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
@@ -302,7 +290,7 @@ func TestWaitersPerField(t *testing.T) {
 func TestFieldExpiryWakesWaiter(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	ls := newLeases(t, c, lease.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
@@ -324,7 +312,7 @@ func TestLeaseHandleBadInputs(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
 	ls := newLeases(t, c, lease.Options{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	l, err := ls.TryAcquire(ctx, "h", "f", time.Minute)

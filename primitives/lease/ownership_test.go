@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lease"
 )
@@ -27,7 +28,7 @@ func TestLeaseVerifyAfterOutsideDelete(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			c, cmd := tg.client(t)
-			ctx := ctxT(t, 10*time.Second)
+			ctx := xtest.Ctx(t, 10*time.Second)
 			ls := newLeases(t, c, lease.Options{})
 			for _, how := range [][]string{{"HDEL", "h", "f"}, {"DEL", "h"}} {
 				l, err := ls.TryAcquire(ctx, "h", "f", time.Minute)
@@ -57,7 +58,7 @@ func TestLeaseKeyTTLAfterGrantFailsClosed(t *testing.T) {
 	for _, tg := range targets() {
 		t.Run(tg.name, func(t *testing.T) {
 			c, cmd := tg.client(t)
-			ctx := ctxT(t, 10*time.Second)
+			ctx := xtest.Ctx(t, 10*time.Second)
 			ls := newLeases(t, c, lease.Options{})
 			l, err := ls.TryAcquire(ctx, "kt", "f", time.Minute)
 			if err != nil {
@@ -103,7 +104,7 @@ func TestLeaseKeyTTLAfterGrantFailsClosed(t *testing.T) {
 func TestLeaseMaxTTL(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	ls := newLeases(t, c, lease.Options{})
 	l, err := ls.TryAcquire(ctx, "long", "f", lease.MaxTTL)
 	if err != nil {

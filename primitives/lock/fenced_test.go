@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
@@ -17,7 +18,7 @@ func TestFencedLock(t *testing.T) {
 	for _, f := range fleets() {
 		t.Run(f.name, func(t *testing.T) {
 			c, cmd := f.client(t)
-			ctx := ctxT(t, 20*time.Second)
+			ctx := xtest.Ctx(t, 20*time.Second)
 			l := newLocker(t, c, lock.Options{Prefix: "svc:"})
 			lease, counter := "{inv}:lease", "{inv}:fence"
 
@@ -75,7 +76,7 @@ func TestFencedBadInputsWriteNothing(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
 	l := newLocker(t, c, lock.Options{Prefix: "p:"})
-	ok := ctxT(t, 10*time.Second)
+	ok := xtest.Ctx(t, 10*time.Second)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.MustCmd(t, "SET", "p:{x}:string-counter-ttl", "3", "PX", "60000")
@@ -124,7 +125,7 @@ func TestFencedBadInputsWriteNothing(t *testing.T) {
 func TestBinaryKeysAreCopied(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
 	buf := []byte("bin\x00\xff{t}")
 	key := string(buf) // a Go string is immutable; the engine still must not alias caller memory

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
 
@@ -18,7 +19,7 @@ import (
 // entry after every uncertain attempt, the old one removed best effort.
 func fifoKillRun(t *testing.T, control bool) (stall time.Duration, entriesAfter string) {
 	s := redistest.Start(t)
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := xtest.Ctx(t, 2*time.Minute)
 	run, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	const (

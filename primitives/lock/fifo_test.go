@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
@@ -18,7 +19,7 @@ func TestFIFOOrderAcrossLockers(t *testing.T) {
 	for _, f := range fleets() {
 		t.Run(f.name, func(t *testing.T) {
 			c1, _ := f.client(t)
-			ctx := ctxT(t, 30*time.Second)
+			ctx := xtest.Ctx(t, 30*time.Second)
 			a := newLocker(t, c1, lock.Options{FIFO: true, Fencing: true})
 			b := newLocker(t, c1, lock.Options{FIFO: true, Fencing: true})
 			holder, err := a.TryAcquire(ctx, "{q}", time.Minute)
@@ -66,7 +67,7 @@ func TestFIFOOrderAcrossLockers(t *testing.T) {
 func TestFIFOStaleWaiterAndNoBarging(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	l := newLocker(t, c, lock.Options{FIFO: true})
 	queue, deadlines := lock.ReservedPrefix+"queue:{k}", lock.ReservedPrefix+"queue-deadlines:{k}"
 	at := func(d time.Duration) string {

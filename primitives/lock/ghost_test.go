@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
 
@@ -18,7 +19,7 @@ import (
 // lock held by no handle. It fails the test if such a lock would outlive
 // its TTL.
 func ghostRun(t *testing.T, s *redistest.Server, l *lock.Locker, name string) (cancelled, ghosts int) {
-	ctx := ctxT(t, time.Minute)
+	ctx := xtest.Ctx(t, time.Minute)
 	const n = 2000
 	const ttl = 3 * time.Second
 	var failed []string

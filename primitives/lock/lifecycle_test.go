@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/redis/rueidis"
@@ -37,7 +38,7 @@ func evalCalls(t *testing.T, s *redistest.Server) string {
 func TestRenewAfterEstimateSendsNothing(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{})
 	a, err := l.TryAcquire(ctx, "k", 30*time.Millisecond)
 	if err != nil {
@@ -60,7 +61,7 @@ func TestRenewAfterEstimateSendsNothing(t *testing.T) {
 func TestInFlightRenewalAccepted(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{})
 	const ttl = 600 * time.Millisecond
 	s.MustCmd(t, "CLIENT", "PAUSE", "300", "WRITE")
@@ -91,7 +92,7 @@ func TestInFlightRenewalAccepted(t *testing.T) {
 func TestUncertainRenewAndReleaseFailClosed(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t, func(o *rueidis.ClientOption) { o.DisableRetry = true })
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{})
 	a, err := l.TryAcquire(ctx, "k", time.Minute)
 	if err != nil {
@@ -141,7 +142,7 @@ func TestUncertainRenewAndReleaseFailClosed(t *testing.T) {
 func TestLateGrantIsNotAcquired(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{})
 	s.MustCmd(t, "CLIENT", "PAUSE", "250", "WRITE")
 	_, err := l.TryAcquire(ctx, "k", 100*time.Millisecond)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,30 +13,15 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := redistest.ExampleMain(m, 7, &exampleAddr).Run()
-	if code == 0 {
-		// rueidis leaves bounded sleeps behind after Close; they are
-		// rueidis', not ours.
-		var opts []goleak.Option
-		for _, f := range redistest.LingeringGoroutines() {
-			opts = append(opts, goleak.IgnoreAnyFunction(f))
-		}
-		if err := goleak.Find(opts...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { xtest.Main(m, xtest.ExampleServer(7, &exampleAddr)) }
 
 // exampleAddr is the server the runnable examples talk to.
 var exampleAddr string
@@ -83,17 +67,11 @@ func newLocker(t *testing.T, c rueidis.Client, o lock.Options) *lock.Locker {
 	return l
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestLockLifecycle(t *testing.T) {
 	for _, f := range fleets() {
 		t.Run(f.name, func(t *testing.T) {
 			c, cmd := f.client(t)
-			ctx := ctxT(t, 20*time.Second)
+			ctx := xtest.Ctx(t, 20*time.Second)
 			l := newLocker(t, c, lock.Options{Prefix: "app:", Fencing: true})
 
 			a, err := l.TryAcquire(ctx, "inv", 10*time.Second)
@@ -155,7 +133,7 @@ func TestLockLifecycle(t *testing.T) {
 func TestNotOwnedAfterTakeover(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
 	a, err := l.TryAcquire(ctx, "k", 50*time.Millisecond)
 	if err != nil {
@@ -186,7 +164,7 @@ func TestNotOwnedAfterTakeover(t *testing.T) {
 func TestFencingTokensExactAndValidated(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
 	counter := lock.ReservedPrefix + "fence:{k}"
 	for _, start := range []string{"9007199254740992", "9223372036854775805"} { // 2^53, MaxInt64-2
@@ -227,7 +205,7 @@ func TestBadInputsWriteNothing(t *testing.T) {
 	s.MustCmd(t, "HSET", "p:hash", "f", "v")
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	ok := ctxT(t, 10*time.Second)
+	ok := xtest.Ctx(t, 10*time.Second)
 
 	type call func(ctx context.Context, key string, ttl time.Duration) (*lock.Lock, error)
 	entries := map[string]call{"TryAcquire": l.TryAcquire, "Acquire": l.Acquire}
@@ -339,7 +317,7 @@ func TestAcquireWaitsForRelease(t *testing.T) {
 				} else {
 					c, _ = f.client(t)
 				}
-				ctx := ctxT(t, 20*time.Second)
+				ctx := xtest.Ctx(t, 20*time.Second)
 				l := newLocker(t, c, lock.Options{Fencing: true, Waiter: newWaiter(t, c, wm.mode)})
 				holder, err := l.TryAcquire(ctx, "job", time.Minute)
 				if err != nil {
@@ -380,7 +358,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
 	l := newLocker(t, c, lock.Options{})
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	if _, err := l.TryAcquire(ctx, "busy", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +390,7 @@ func TestAcquireHonoursContext(t *testing.T) {
 func TestHolderNeverReleases(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	// Long-TTL keys make Redis' active expiry slow to notice ours.
 	for i := range 2000 {
 		s.MustCmd(t, "SET", fmt.Sprintf("filler:%d", i), "x", "EX", "3600")
@@ -445,7 +423,7 @@ func TestWaiterConnectionKilled(t *testing.T) {
 		t.Run(wm.name, func(t *testing.T) {
 			s := redistest.Start(t)
 			c := s.Client(t)
-			ctx := ctxT(t, 20*time.Second)
+			ctx := xtest.Ctx(t, 20*time.Second)
 			l := newLocker(t, c, lock.Options{Waiter: newWaiter(t, c, wm.mode), Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 				return policies.RetryDecision{}
 			})})
@@ -462,7 +440,7 @@ func TestWaiterConnectionKilled(t *testing.T) {
 				done <- err
 			}()
 			var id string
-			waitFor(t, func() bool { id = waitConnID(t, s); return id != "" })
+			xtest.Eventually(t, 5*time.Second, "the condition", func() bool { id = waitConnID(t, s); return id != "" })
 			s.MustCmd(t, "CLIENT", "KILL", "ID", id)
 			time.Sleep(100 * time.Millisecond)
 			if _, err := holder.Release(ctx); err != nil {
@@ -486,7 +464,7 @@ func TestWaiterConnectionKilled(t *testing.T) {
 func TestLostReleaseMessage(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	l := newLocker(t, c, lock.Options{Waiter: newWaiter(t, c, primitives.WaitChannel)})
 	if _, err := l.TryAcquire(ctx, "k", time.Minute); err != nil {
 		t.Fatal(err)
@@ -516,7 +494,7 @@ func TestLostReleaseMessage(t *testing.T) {
 func TestLocalCoalescing(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := xtest.Ctx(t, 60*time.Second)
 	l := newLocker(t, c, lock.Options{Retry: policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
 		return policies.RetryDecision{}
 	})})
@@ -593,17 +571,6 @@ func waitConnID(t *testing.T, s *redistest.Server) string {
 	return ""
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func ctxWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
@@ -613,7 +580,7 @@ func ctxWithTimeout(ctx context.Context, d time.Duration) (context.Context, cont
 func TestScriptFlushIsInvisible(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
 	for i := range 6 {
 		if i%2 == 0 {
@@ -643,7 +610,7 @@ func TestScriptFlushIsInvisible(t *testing.T) {
 func TestWaiterShared(t *testing.T) {
 	s := redistest.Start(t, redistest.Version(8))
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	w := newWaiter(t, c, primitives.WaitAuto)
 	a := newLocker(t, c, lock.Options{Prefix: "a:", Fencing: true, Waiter: w})
 	b := newLocker(t, c, lock.Options{Prefix: "b:", Waiter: w})
@@ -663,7 +630,7 @@ func TestWaiterShared(t *testing.T) {
 		go func() { _, err := l.Acquire(ctx, "k", time.Minute); errs <- err }()
 	}
 	go func() { _, err := ls.Acquire(ctx, "h", "f", time.Minute); errs <- err }()
-	waitFor(t, func() bool { return strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait") >= 1 })
+	xtest.Eventually(t, 5*time.Second, "the condition", func() bool { return strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait") >= 1 })
 	time.Sleep(100 * time.Millisecond)
 	if n := strings.Count(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait"); n != 1 {
 		t.Fatalf("%d waiting connections for two Lockers and a Leases on one Waiter, want 1", n)

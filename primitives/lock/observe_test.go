@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/policies/builtin"
 	"github.com/coordhost/coordhost/primitives"
@@ -83,7 +84,7 @@ func expectEvents(t *testing.T, r *recorder, want ...string) {
 func TestObserverSeesEachEvent(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t, func(o *rueidis.ClientOption) { o.DisableRetry = true })
-	ctx := ctxT(t, 30*time.Second)
+	ctx := xtest.Ctx(t, 30*time.Second)
 	rec := &recorder{}
 	l := newLocker(t, c, lock.Options{Prefix: "p:", Observer: rec})
 
@@ -296,7 +297,7 @@ func TestObserverSeesEachEvent(t *testing.T) {
 func TestObserverConcurrentReleasesAreNoLoss(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := xtest.Ctx(t, 30*time.Second)
 	rec := &recorder{}
 	l := newLocker(t, c, lock.Options{Observer: rec})
 	for i := range 200 {

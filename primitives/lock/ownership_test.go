@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
@@ -18,7 +19,7 @@ func TestVerifyAfterOutsideDelete(t *testing.T) {
 	for _, f := range fleets() {
 		t.Run(f.name, func(t *testing.T) {
 			c, cmd := f.client(t)
-			ctx := ctxT(t, 10*time.Second)
+			ctx := xtest.Ctx(t, 10*time.Second)
 			l := newLocker(t, c, lock.Options{})
 			for _, how := range [][]string{{"DEL", "gone"}, {"HSET", "gone", "f", "v"}} {
 				a, err := l.TryAcquire(ctx, "gone", time.Minute)
@@ -51,7 +52,7 @@ func TestVerifyAfterOutsideDelete(t *testing.T) {
 func TestMaxTTL(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
 	a, err := l.TryAcquire(ctx, "long", lock.MaxTTL)
 	if err != nil {
@@ -80,7 +81,7 @@ func TestMaxTTL(t *testing.T) {
 func TestErrorTexts(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := xtest.Ctx(t, 10*time.Second)
 	s.MustCmd(t, "HSET", "h", "f", "v")
 	for _, o := range []lock.Options{{}, {Fencing: true}, {FIFO: true}} {
 		l := newLocker(t, c, o)
@@ -124,7 +125,7 @@ func TestFencingTokensAcrossRestart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t, redistest.Args(tc.args...))
-			ctx := ctxT(t, 30*time.Second)
+			ctx := xtest.Ctx(t, 30*time.Second)
 			l := newLocker(t, s.Client(t), lock.Options{Fencing: true})
 			for want := int64(1); want <= 5; want++ {
 				a, err := l.TryAcquire(ctx, "job", time.Minute)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestCloseRacesUncertainAttempts(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := xtest.Ctx(t, time.Minute)
 	for round := range 5 {
 		l, err := lock.New(c, lock.Options{})
 		if err != nil {
@@ -62,7 +63,7 @@ func TestCloseRacesUncertainAttempts(t *testing.T) {
 // granted within one refresh round, not when the entry expires.
 func TestFIFOLeaveSettledAfterOutage(t *testing.T) {
 	s := redistest.Start(t)
-	ctx := ctxT(t, time.Minute)
+	ctx := xtest.Ctx(t, time.Minute)
 	const key = "{outage}"
 	mk := func() *lock.Locker { return newLocker(t, s.Client(t), lock.Options{FIFO: true}) }
 	holderL, goneL, liveL := mk(), mk(), mk()
@@ -74,7 +75,7 @@ func TestFIFOLeaveSettledAfterOutage(t *testing.T) {
 	gone := make(chan error, 1)
 	go func() { _, err := goneL.Acquire(gctx, key, time.Second); gone <- err }()
 	queue := lock.ReservedPrefix + "queue:" + key
-	waitFor(t, func() bool { return s.MustCmd(t, "ZCARD", queue) == "1" })
+	xtest.Eventually(t, 5*time.Second, "the condition", func() bool { return s.MustCmd(t, "ZCARD", queue) == "1" })
 	granted := make(chan time.Time, 1)
 	go func() {
 		wh, err := liveL.Acquire(ctx, key, time.Second)
@@ -86,7 +87,7 @@ func TestFIFOLeaveSettledAfterOutage(t *testing.T) {
 		granted <- time.Now()
 		wh.Release(ctx)
 	}()
-	waitFor(t, func() bool { return s.MustCmd(t, "ZCARD", queue) == "2" })
+	xtest.Eventually(t, 5*time.Second, "the condition", func() bool { return s.MustCmd(t, "ZCARD", queue) == "2" })
 
 	s.Pause()
 	gcancel()

@@ -9,19 +9,13 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	var opts []goleak.Option
-	for _, f := range redistest.LingeringGoroutines() {
-		opts = append(opts, goleak.IgnoreAnyFunction(f))
-	}
-	goleak.VerifyTestMain(m, opts...)
-}
+func TestMain(m *testing.M) { xtest.Main(m) }
 
 // getAttempt "acquires" when the key is absent; it reads the key on the
 // connection it is given, which registers tracking in ModeTrack.
