@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -140,12 +141,7 @@ func (k Kind) EnvVar() string {
 // Has reports whether servers of this kind have feature f.
 func (k Kind) Has(f Feature) bool {
 	i, _ := k.info()
-	for _, g := range i.features {
-		if g == f {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(i.features, f)
 }
 
 // Features returns every Feature, in declaration order.
