@@ -12,8 +12,10 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/coordhost
 
-# redis makes sure Redis 7.0 (Debian bookworm) and Redis 8.0 (Debian trixie,
-# unpacked into .cache/redis-8) exist, and writes their paths to $(REDIS_ENV).
+# redis makes sure Redis 7.0 (Debian bookworm), Redis 8.0 and Valkey 8.1
+# (Debian trixie, unpacked into .cache/redis-8 and .cache/valkey-8) and Redis
+# 8.6 (Debian experimental, .cache/redis-86) exist, and writes their paths to
+# $(REDIS_ENV).
 redis:
 	bash scripts/redis-servers.sh
 

@@ -17,8 +17,11 @@ const ClusterTimeout = 20 * time.Second
 
 const numSlots = 16384
 
-// Cluster is a Redis Cluster of masters without replicas, all on loopback.
+// Cluster is a Redis (or Valkey) Cluster of masters without replicas, all on
+// loopback.
 type Cluster struct {
+	// Kind is the kind of every node.
+	Kind Kind
 	// Addrs are the nodes' addresses, in the order of Servers.
 	Addrs []string
 	// Servers are the nodes; Servers[i] owns the i-th contiguous slot range.
@@ -27,11 +30,12 @@ type Cluster struct {
 	ranges [][2]int // slot range [first, last] owned by Servers[i]
 }
 
-// StartCluster starts `masters` cluster-enabled servers (cluster-node-timeout
-// 5000 ms unless Args overrides it), splits the 16384 slots into contiguous
-// ranges among them, joins them with CLUSTER MEET and waits until every node
-// reports cluster_state:ok and all nodes agree on the slot map. Nodes are
-// stopped at t.Cleanup.
+// StartCluster starts `masters` cluster-enabled servers of the kind the
+// options select (cluster-node-timeout 5000 ms unless Args overrides it; each
+// node's cluster bus is on its Port+10000), splits the 16384 slots into
+// contiguous ranges among them, joins them with CLUSTER MEET and waits until
+// every node reports cluster_state:ok and all nodes agree on the slot map.
+// Nodes are stopped at t.Cleanup.
 func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	t.Helper()
 	if masters < 1 || masters > numSlots {
@@ -44,7 +48,7 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 		"--cluster-node-timeout", "5000",
 	}, cfg.args...)
 
-	c := &Cluster{}
+	c := &Cluster{Kind: cfg.kind}
 	for i := range masters {
 		s := start(t, cfg)
 		c.Servers = append(c.Servers, s)

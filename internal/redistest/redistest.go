@@ -1,16 +1,24 @@
-// Package redistest starts real Redis servers on loopback for tests: a
-// standalone Redis 7.0 (Debian bookworm) or 8.0 (Debian trixie build), several
-// independent servers, or a cluster of masters.
+// Package redistest starts real Redis and Valkey servers on loopback for
+// tests: a standalone server, several independent servers, or a cluster of
+// masters, of any Kind in the fleet: Redis 7.0 (Debian bookworm), Redis 8.0
+// (Debian trixie), Redis 8.6 (Debian experimental) or Valkey 8.1 (Debian
+// trixie). Kinds lists them all for table tests; Kind.Has tells which
+// Features each has (e.g. hash-field expiry).
 //
 // Every server runs as a child process with its own temporary directory,
 // `--save ”` and `--appendonly no`, on a free 127.0.0.1 port, and is killed
 // and reaped when the test that started it ends. It is meant for tests only;
 // production packages never import it (make depcheck enforces that).
 //
-// Binaries: Redis 7 is $COORDHOST_REDIS7_SERVER, else `redis-server` on PATH;
-// Redis 8 is $COORDHOST_REDIS8_SERVER, else <repo>/.cache/redis-8/bin/redis-server.
-// `make redis` (run by `make test`) installs both and writes those variables
-// to .cache/redis-env.sh. A missing binary fails the test; it never skips.
+// Binaries: Redis 7.0 is $COORDHOST_REDIS7_SERVER, else `redis-server` on
+// PATH; Redis 8.0 is $COORDHOST_REDIS8_SERVER, else
+// <repo>/.cache/redis-8/bin/redis-server; Redis 8.6 is
+// $COORDHOST_REDIS86_SERVER, else <repo>/.cache/redis-86/bin/redis-server;
+// Valkey 8.1 is $COORDHOST_VALKEY8_SERVER, else
+// <repo>/.cache/valkey-8/bin/valkey-server. `make redis` (run by `make test`)
+// installs them all and writes those variables to .cache/redis-env.sh. A
+// missing binary, or one that turns out to be another kind, fails the test;
+// it never skips.
 //
 // Functions that take a testing.TB call t.Fatal on failure and must be called
 // from the test's goroutine. Methods without one (Do, Pause, Resume, Stop, PID,
@@ -51,12 +59,32 @@ const (
 type Option func(*config)
 
 type config struct {
-	version int
+	kind    Kind
+	badKind string // why the options name no valid kind, if they do not
 	args    []string
 }
 
-// Version selects the Redis major version: 7 (the default) or 8.
-func Version(major int) Option { return func(c *config) { c.version = major } }
+// WithKind selects the kind of server (the default is Redis70).
+func WithKind(k Kind) Option {
+	return func(c *config) {
+		c.kind, c.badKind = k, ""
+		if _, ok := k.info(); !ok {
+			c.badKind = fmt.Sprintf("unknown server kind %v (want one of %v)", k, Kinds())
+		}
+	}
+}
+
+// Version selects Redis by major version: 7 is WithKind(Redis70) (the
+// default) and 8 is WithKind(Redis80). Use WithKind for Redis 8.6 and
+// Valkey.
+func Version(major int) Option {
+	return func(c *config) {
+		c.kind, c.badKind = kindOfMajor(major), ""
+		if c.kind == 0 {
+			c.badKind = fmt.Sprintf("unsupported Redis version %d (Version takes 7 or 8; use WithKind for %v)", major, Kinds())
+		}
+	}
+}
 
 // Args appends extra redis-server arguments, e.g. Args("--maxmemory", "10mb").
 // They come after the package's own arguments, so they override them.
@@ -65,21 +93,28 @@ func Args(args ...string) Option {
 }
 
 func newConfig(opts []Option) config {
-	c := config{version: 7}
+	c := config{kind: Redis70}
 	for _, o := range opts {
 		o(&c)
 	}
 	return c
 }
 
-// Server is one running redis-server process.
+// Server is one running server process (redis-server or valkey-server).
 type Server struct {
 	// Addr is "127.0.0.1:port".
 	Addr string
 	// Port is the TCP port (the cluster bus, if enabled, is Port+10000).
 	Port int
-	// Version is redis_version from INFO server, e.g. "7.0.15".
+	// Kind is the kind of server.
+	Kind Kind
+	// Version is the server's own version from INFO server: redis_version
+	// on Redis (e.g. "8.6.3"), valkey_version on Valkey (e.g. "8.1.1").
 	Version string
+	// RedisVersion is redis_version from INFO server: Version on Redis, and
+	// the Redis version Valkey claims compatibility with ("7.2.4" on Valkey
+	// 8.1), which is what a client that reads only redis_version sees.
+	RedisVersion string
 	// Dir is the server's working directory (a t.TempDir).
 	Dir string
 
@@ -115,10 +150,13 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	return out
 }
 
+// Has reports whether the server has feature f (Kind.Has of its kind).
+func (s *Server) Has(f Feature) bool { return s.Kind.Has(f) }
+
 func start(t testing.TB, cfg config) *Server {
 	t.Helper()
-	bin := serverBinary(t, cfg.version)
-	s := &Server{Dir: t.TempDir(), bin: bin}
+	bin := serverBinary(t, cfg)
+	s := &Server{Kind: cfg.kind, Dir: t.TempDir(), bin: bin}
 	// Registered after TempDir, so it runs before the directory is removed.
 	t.Cleanup(s.close)
 	cluster := slices.Contains(cfg.args, "--cluster-enabled")
@@ -140,9 +178,11 @@ func start(t testing.TB, cfg config) *Server {
 			"--daemonize", "no",
 			"--enable-debug-command", "yes",
 		}, cfg.args...)
-		version, err := s.launch()
+		info, err := s.launch()
 		if err == nil {
-			s.Version = version
+			if s.Version, s.RedisVersion, err = checkKind(cfg.kind, bin, info); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
 			break
 		}
 		lastErr = err
@@ -152,9 +192,6 @@ func start(t testing.TB, cfg config) *Server {
 	}
 	if s.Version == "" {
 		t.Fatalf("redistest: no free port after 20 attempts: %v", lastErr)
-	}
-	if major, _, _ := strings.Cut(s.Version, "."); major != strconv.Itoa(cfg.version) {
-		t.Fatalf("redistest: %s is Redis %s, want Redis %d", bin, s.Version, cfg.version)
 	}
 
 	s.newAdmin(t)
@@ -189,7 +226,7 @@ func (s *Server) newAdmin(t testing.TB) {
 var errAddrInUse = errors.New("address already in use")
 
 // launch starts the process on s.Port and waits until it answers. It returns
-// the server's version.
+// the server's INFO server reply.
 func (s *Server) launch() (string, error) {
 	logPath := filepath.Join(s.Dir, "server.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -218,9 +255,9 @@ func (s *Server) launch() (string, error) {
 	s.proc = p
 	s.mu.Unlock()
 
-	version, err := waitReady(p, s.Addr)
+	info, err := waitReady(p, s.Addr)
 	if err == nil {
-		return version, nil
+		return info, nil
 	}
 	s.Stop()
 	out := readFrom(logPath, offset)
@@ -232,7 +269,7 @@ func (s *Server) launch() (string, error) {
 }
 
 // waitReady polls addr with INFO server until the server started as p answers,
-// and returns its redis_version.
+// and returns the reply.
 func waitReady(p *process, addr string) (string, error) {
 	deadline := time.Now().Add(StartTimeout)
 	var lastErr error
@@ -248,7 +285,7 @@ func waitReady(p *process, addr string) (string, error) {
 				// Someone else's server answers on this port.
 				return "", fmt.Errorf("%w: pid %s answers on %s", errAddrInUse, pid, addr)
 			}
-			return infoField(info, "redis_version"), nil
+			return info, nil
 		}
 		lastErr = err
 		time.Sleep(10 * time.Millisecond)
@@ -584,47 +621,17 @@ func ephemeralLow() int {
 	return 32768
 }
 
-// serverBinary resolves the redis-server for a major version, or fails t.
-func serverBinary(t testing.TB, major int) string {
+// serverBinary resolves the server binary of cfg's kind, or fails t.
+func serverBinary(t testing.TB, cfg config) string {
 	t.Helper()
-	bin, err := findServer(major)
+	if cfg.badKind != "" {
+		t.Fatalf("redistest: %s", cfg.badKind)
+	}
+	bin, err := findServer(cfg.kind)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	return bin
-}
-
-// findServer returns the redis-server binary for a major version (see the
-// package documentation).
-func findServer(major int) (string, error) {
-	const hint = "run `make redis` (or `make test`), then `. ./.cache/redis-env.sh`"
-	var env, bin string
-	switch major {
-	case 7:
-		env = "COORDHOST_REDIS7_SERVER"
-		if bin = os.Getenv(env); bin == "" {
-			p, err := exec.LookPath("redis-server")
-			if err != nil {
-				return "", fmt.Errorf("Redis 7: $%s is unset and redis-server is not on PATH; %s", env, hint)
-			}
-			return p, nil
-		}
-	case 8:
-		env = "COORDHOST_REDIS8_SERVER"
-		if bin = os.Getenv(env); bin == "" {
-			root, err := repoRoot()
-			if err != nil {
-				return "", fmt.Errorf("Redis 8: $%s is unset and %v; %s", env, err, hint)
-			}
-			bin = filepath.Join(root, ".cache", "redis-8", "bin", "redis-server")
-		}
-	default:
-		return "", fmt.Errorf("unsupported Redis version %d (want 7 or 8)", major)
-	}
-	if st, err := os.Stat(bin); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("Redis %d server %s is missing or not executable ($%s); %s", major, bin, env, hint)
-	}
-	return bin, nil
 }
 
 // StartForExamples starts a standalone server of the given major version
@@ -632,7 +639,11 @@ func findServer(major int) (string, error) {
 // TestMain and call stop after m.Run. The server runs as Start's do
 // (loopback, no persistence, its own temporary directory).
 func StartForExamples(major int) (addr string, stop func(), err error) {
-	bin, err := findServer(major)
+	k := kindOfMajor(major)
+	if k == 0 {
+		return "", nil, fmt.Errorf("redistest: unsupported Redis version %d (want 7 or 8)", major)
+	}
+	bin, err := findServer(k)
 	if err != nil {
 		return "", nil, fmt.Errorf("redistest: %w", err)
 	}
