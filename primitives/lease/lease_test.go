@@ -39,24 +39,30 @@ type target struct {
 	client func(t *testing.T) (rueidis.Client, func(...string) string)
 }
 
+// targets is every server kind with hash-field expiry, standalone, and a
+// 3-master Redis 8.0 cluster.
 func targets() []target {
-	return []target{
-		{"redis8", func(t *testing.T) (rueidis.Client, func(...string) string) {
-			s := redistest.Start(t, redistest.Version(8))
+	var ts []target
+	for _, k := range redistest.Kinds() {
+		if !k.Has(redistest.HashFieldExpiry) {
+			continue
+		}
+		ts = append(ts, target{k.String(), func(t *testing.T) (rueidis.Client, func(...string) string) {
+			s := redistest.Start(t, redistest.WithKind(k))
 			return s.Client(t), func(a ...string) string { return s.MustCmd(t, a...) }
-		}},
-		{"cluster8", func(t *testing.T) (rueidis.Client, func(...string) string) {
-			cl := redistest.StartCluster(t, 3, redistest.Version(8))
-			c := cl.Client(t)
-			return c, func(a ...string) string {
-				v, err := c.Do(context.Background(), c.B().Arbitrary(a...).Build()).ToAny()
-				if err != nil && !rueidis.IsRedisNil(err) {
-					t.Fatalf("%v: %v", a, err)
-				}
-				return fmt.Sprint(v)
-			}
-		}},
+		}})
 	}
+	return append(ts, target{"cluster-8.0", func(t *testing.T) (rueidis.Client, func(...string) string) {
+		cl := redistest.StartCluster(t, 3, redistest.Version(8))
+		c := cl.Client(t)
+		return c, func(a ...string) string {
+			v, err := c.Do(context.Background(), c.B().Arbitrary(a...).Build()).ToAny()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				t.Fatalf("%v: %v", a, err)
+			}
+			return fmt.Sprint(v)
+		}
+	}})
 }
 
 func TestLeaseLifecycle(t *testing.T) {
@@ -142,22 +148,33 @@ func TestExpiredOwnerCannotTouchReplacement(t *testing.T) {
 	}
 }
 
-func TestRefusedOnRedis7(t *testing.T) {
-	s := redistest.Start(t, redistest.Version(7))
-	c := s.Client(t)
-	ctx := xtest.Ctx(t, 10*time.Second)
-	ls := newLeases(t, c, lease.Options{})
-	for name, call := range map[string]func() (*lease.Lease, error){
-		"TryAcquire": func() (*lease.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Second) },
-		"Acquire":    func() (*lease.Lease, error) { return ls.Acquire(ctx, "h", "f", time.Second) },
-	} {
-		_, err := call()
-		if !errors.Is(err, lease.ErrUnsupportedServer) || !strings.Contains(err.Error(), "7.4") || !strings.Contains(err.Error(), "7.0") {
-			t.Fatalf("%s: %v", name, err)
+// On every server kind without hash-field expiry (Redis 7.0, Valkey 8.1)
+// leases fail before writing, with an error naming the feature, the
+// version that has it, and the server as it is.
+func TestRefusedWithoutFieldExpiry(t *testing.T) {
+	for _, k := range redistest.Kinds() {
+		if k.Has(redistest.HashFieldExpiry) {
+			continue
 		}
-	}
-	if n := s.MustCmd(t, "DBSIZE"); n != "0" {
-		t.Fatalf("DBSIZE %s after refusal", n)
+		t.Run(k.String(), func(t *testing.T) {
+			s := redistest.Start(t, redistest.WithKind(k))
+			c := s.Client(t)
+			ctx := xtest.Ctx(t, 10*time.Second)
+			ls := newLeases(t, c, lease.Options{})
+			for name, call := range map[string]func() (*lease.Lease, error){
+				"TryAcquire": func() (*lease.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Second) },
+				"Acquire":    func() (*lease.Lease, error) { return ls.Acquire(ctx, "h", "f", time.Second) },
+			} {
+				_, err := call()
+				if !errors.Is(err, lease.ErrUnsupportedServer) || !errors.Is(err, primitives.ErrUnsupported) ||
+					!strings.Contains(err.Error(), "7.4") || !strings.Contains(err.Error(), k.Product()+" "+k.Version()) {
+					t.Fatalf("%s: %v", name, err)
+				}
+			}
+			if n := s.MustCmd(t, "DBSIZE"); n != "0" {
+				t.Fatalf("DBSIZE %s after refusal", n)
+			}
+		})
 	}
 }
 

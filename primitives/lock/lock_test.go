@@ -32,9 +32,9 @@ type fleet struct {
 	client func(t *testing.T) (rueidis.Client, func(args ...string) string)
 }
 
-func standalone(version int) fleet {
-	return fleet{name: fmt.Sprintf("redis%d", version), client: func(t *testing.T) (rueidis.Client, func(...string) string) {
-		s := redistest.Start(t, redistest.Version(version))
+func standalone(k redistest.Kind) fleet {
+	return fleet{name: k.String(), client: func(t *testing.T) (rueidis.Client, func(...string) string) {
+		s := redistest.Start(t, redistest.WithKind(k))
 		return s.Client(t), func(args ...string) string { return s.MustCmd(t, args...) }
 	}}
 }
@@ -55,7 +55,15 @@ func cluster() fleet {
 	}}
 }
 
-func fleets() []fleet { return []fleet{standalone(7), standalone(8), cluster()} }
+// fleets is every server kind standalone (Redis 7.0, 8.0, 8.6, Valkey 8.1)
+// and a 3-master Redis 7.0 cluster.
+func fleets() []fleet {
+	var fs []fleet
+	for _, k := range redistest.Kinds() {
+		fs = append(fs, standalone(k))
+	}
+	return append(fs, cluster())
+}
 
 func newLocker(t *testing.T, c rueidis.Client, o lock.Options) *lock.Locker {
 	t.Helper()
