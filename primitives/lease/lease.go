@@ -46,6 +46,7 @@ import (
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/base"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
@@ -57,7 +58,7 @@ import (
 
 // DefaultCloseTimeout bounds Lease.Close and the cleanup after an uncertain
 // acquire.
-const DefaultCloseTimeout = 2 * time.Second
+const DefaultCloseTimeout = handle.CloseTimeout
 
 // MaxTTL is the longest lease TryAcquire, Acquire and Renew accept: 100
 // years. A longer ttl fails with primitives.ErrInvalidTTL before anything
@@ -115,6 +116,7 @@ type Leases struct {
 	fences *fence.Pool
 
 	fieldExpiry probe.Feature
+	clk         clock.Clock // local estimates; the system clock but in tests (export_test.go)
 }
 
 // New returns Leases on client. It sends nothing. Errors wrap
@@ -134,6 +136,7 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 		closed:      make(chan struct{}),
 		fences:      fence.NewPool(client),
 		fieldExpiry: probe.Feature{Commands: []string{"hpexpire", "hpttl"}},
+		clk:         clock.Real,
 	}
 	if opts.Waiter == nil {
 		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
@@ -230,9 +233,9 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 	if field == "" {
 		return nil, fmt.Errorf("%w: lease: field is empty", primitives.ErrInvalidKey)
 	}
-	ttl, ms, err := leaseMillis(ttl)
+	ttl, ms, err := handle.Millis(ttl)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lease: %w", err)
 	}
 	if ls.isClosed() {
 		return nil, fmt.Errorf("lease %q: %w", full, primitives.ErrClosed)
@@ -248,14 +251,6 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 		key: full, field: field, ttl: ttl, ms: ms, token: rand.Text(),
 		channel: ls.space.Channel("lease-rel", strconv.Itoa(len(hashKey))+":"+hashKey+":"+field),
 	}, nil
-}
-
-func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
-	d, ms, err := handle.Millis(ttl)
-	if err != nil {
-		return 0, "", fmt.Errorf("lease: %w", err)
-	}
-	return d, ms, nil
 }
 
 // checkServer asks the server for HPEXPIRE/HPTTL, at most once per
@@ -278,7 +273,7 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 // owner check (fence.Attempt).
 func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
 	name := fmt.Sprintf("lease %q", r.key)
-	sent := time.Now()
+	sent := ls.clk.Now()
 	vals, err := fence.Attempt(ctx, ls.fences, c.CoreClient, c.Identity, name, r.key,
 		func(ctx context.Context, conn rueidis.CoreClient) ([]rueidis.RedisMessage, error) {
 			vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
@@ -306,7 +301,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 		return nil, time.Duration(pttl) * time.Millisecond, nil
 	}
 	l := &Lease{}
-	l.h.Init(ls.client, nil, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
+	l.h.Init(ls.client, ls.clk, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
 	if l.h.Expired() {
 		ls.release(ctx, r)
 		return nil, 0, &base.LateGrant{Name: name}

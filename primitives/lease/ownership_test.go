@@ -10,6 +10,7 @@ import (
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/lease"
 )
 
@@ -135,4 +136,43 @@ func millis(s string) int64 {
 		panic("not a number of milliseconds: " + s)
 	}
 	return n
+}
+
+// The local estimate runs on the Leases' clock: on a fake one, Done closes
+// when the clock passes the lease's end and a renewal then sends nothing,
+// with no sleep in the test.
+func TestLeaseEstimateOnFakeClock(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
+	ctx := xtest.Ctx(t, 10*time.Second)
+	ls := newLeases(t, s.Client(t), lease.Options{})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	lease.SetClock(ls, clk)
+	l, err := ls.TryAcquire(ctx, "fake", "f", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := l.Done()
+	if r := l.Remaining(); r != time.Minute {
+		t.Fatalf("Remaining %v on a clock that stands still, want 1m", r)
+	}
+	clk.Advance(59 * time.Second)
+	if isClosed(done) || l.Remaining() != time.Second {
+		t.Fatalf("after 59s: Done closed %v, Remaining %v", isClosed(done), l.Remaining())
+	}
+	if ok, err := l.Renew(ctx, time.Minute); !ok || err != nil {
+		t.Fatalf("Renew: %v %v", ok, err)
+	}
+	clk.Advance(time.Minute)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done stayed open after the fake clock passed the lease's end")
+	}
+	s.MustCmd(t, "CONFIG", "RESETSTAT")
+	if ok, err := l.Renew(ctx, time.Minute); ok || err != nil {
+		t.Fatalf("Renew after the estimate ran out: %v %v", ok, err)
+	}
+	if stats := s.MustCmd(t, "INFO", "commandstats"); strings.Contains(stats, "cmdstat_evalsha") {
+		t.Fatalf("a renewal after the estimate ran out was sent:\n%s", stats)
+	}
 }

@@ -28,8 +28,8 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 		return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
 	}
 	r := &request{key: full, channel: l.space.Channel("rel", key)}
-	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
-		return nil, err
+	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if l.fence {
 		if r.fence, err = l.space.Derived("fence", key); err != nil {
@@ -68,8 +68,8 @@ func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string,
 		return nil, fmt.Errorf("%w: lock: lease key %q (slot %d) and counter key %q (slot %d) are in different cluster slots; give them one hash tag", primitives.ErrInvalidKey, full, a, counter, b)
 	}
 	r := &request{key: full, fence: counter, channel: l.space.Channel("rel", leaseKey)}
-	if r.ttl, r.ms, err = leaseMillis(ttl); err != nil {
-		return nil, err
+	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
 	}
 	if l.fifo {
 		if r.queue, err = l.space.Derived("queue", leaseKey); err == nil {
@@ -112,15 +112,6 @@ func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, 
 	return r, nil
 }
 
-// leaseMillis rounds ttl up to whole milliseconds (handle.Millis).
-func leaseMillis(ttl time.Duration) (time.Duration, string, error) {
-	d, ms, err := handle.Millis(ttl)
-	if err != nil {
-		return 0, "", fmt.Errorf("lock: %w", err)
-	}
-	return d, ms, nil
-}
-
 // attempt runs the acquire script once on c. It returns the lock, or nil
 // and the holder's TTL, or an error. After an uncertain outcome it releases
 // the token best effort before returning the error.
@@ -138,7 +129,7 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 	if r.fence != "" || r.queue != "" || r.grants != "" {
 		return l.attemptOn(ctx, wait.Conn{CoreClient: l.client}, r)
 	}
-	sent := time.Now()
+	sent := l.clk.Now()
 	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
 	switch {
 	case rueidis.IsRedisNil(err):
@@ -166,7 +157,7 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 	if r.grants != "" && r.queue == "" {
 		keys, args = append(keys, r.grants), append(args, "1")
 	}
-	sent := time.Now()
+	sent := l.clk.Now()
 	vals, err := sc.Run(ctx, c, keys, args).ToArray()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("lock: acquire script returned %d values, want 2", len(vals))
@@ -214,7 +205,7 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 // granted builds the handle for a grant whose command was sent at sent.
 func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
 	lk := &Lock{fence: fence}
-	lk.h.Init(l.client, nil, r.key, r.token, lockOps{key: r.key, channel: r.channel}, sent, r.ttl)
+	lk.h.Init(l.client, l.clk, r.key, r.token, lockOps{key: r.key, channel: r.channel}, sent, r.ttl)
 	if lk.h.Expired() {
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.

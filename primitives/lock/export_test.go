@@ -1,5 +1,10 @@
 package lock
 
+import (
+	"github.com/coordhost/coordhost/primitives/internal/clock"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
+)
+
 // EnableGrantLog makes every grant append "token fence" to the list at
 // Prefix+ReservedPrefix+"grants:"+key (placed in the key's slot), so fault
 // tests can settle acquisitions whose reply was lost.
@@ -23,4 +28,14 @@ func PendingCleanups(l *Locker) int {
 	l.cleanups.mu.Lock()
 	defer l.cleanups.mu.Unlock()
 	return l.cleanups.running
+}
+
+// SetClock makes l's local estimates (and its private Waiter's timers)
+// read clk; call it right after New.
+func SetClock(l *Locker, clk clock.Clock) {
+	l.clk = clk
+	if l.ownsEngine {
+		l.engine.Close()
+		l.engine = wait.New(l.client, wait.Options{Clock: clk})
+	}
 }

@@ -86,6 +86,7 @@ import (
 	"github.com/coordhost/coordhost/lua"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
 	"github.com/coordhost/coordhost/primitives/internal/script"
@@ -95,7 +96,7 @@ import (
 
 // DefaultCloseTimeout bounds the best-effort release of Lock.Close and the
 // cleanup after an uncertain acquire.
-const DefaultCloseTimeout = 2 * time.Second
+const DefaultCloseTimeout = handle.CloseTimeout
 
 // MaxTTL is the longest lease Acquire, TryAcquire and Renew accept: 100
 // years. A longer ttl fails with primitives.ErrInvalidTTL before anything
@@ -175,9 +176,10 @@ type Locker struct {
 	closing         chan struct{} // closed by Close: ends this Locker's waits
 	closeOnce       sync.Once
 	engine          *wait.Engine
-	ownsEngine      bool      // a private Waiter, closed by Close
-	cleanups        *cleanups // background cleanups (settle.go)
-	obs             Observer  // Options.Observer; nil means none (observe.go)
+	ownsEngine      bool        // a private Waiter, closed by Close
+	cleanups        *cleanups   // background cleanups (settle.go)
+	clk             clock.Clock // local estimates; the system clock but in tests (export_test.go)
+	obs             Observer    // Options.Observer; nil means none (observe.go)
 }
 
 // New returns a Locker on client. It does not dial anything. Errors wrap
@@ -212,6 +214,7 @@ func configure(client rueidis.Client, opts Options) (*Locker, error) {
 		obs:      opts.Observer,
 		cleanups: newCleanups(),
 		closing:  make(chan struct{}),
+		clk:      clock.Real,
 	}, nil
 }
 

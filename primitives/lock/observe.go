@@ -122,7 +122,7 @@ func (l *Locker) observe(ctx context.Context, req *request, waits bool, fn func(
 	lk, err := fn(l, ctx, req)
 	wait := time.Since(start)
 	if lk != nil {
-		lk.h.Observe(reporter{o: l.obs, l: lk}, time.Now())
+		lk.h.Observe(reporter{o: l.obs, l: lk}, l.clk.Now())
 	}
 	l.obs.ObserveAcquire(req.key, handle.AcquireOutcomeOf(ctx, waits, err), wait, err)
 	return lk, err

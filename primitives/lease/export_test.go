@@ -1,0 +1,16 @@
+package lease
+
+import (
+	"github.com/coordhost/coordhost/primitives/internal/clock"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
+)
+
+// SetClock makes ls's local estimates (and its private Waiter's timers)
+// read clk; call it right after New.
+func SetClock(ls *Leases, clk clock.Clock) {
+	ls.clk = clk
+	if ls.owns {
+		ls.engine.Close()
+		ls.engine = wait.New(ls.client, wait.Options{Clock: clk})
+	}
+}
