@@ -108,7 +108,7 @@ func (g *generation) newLock(h *Host, lc *config.Lock) (*namedLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)
 	}
-	return &namedLock{cfg: lc, locker: lk, partition: part}, nil
+	return &namedLock{kind: "lock", name: lc.Name, cfg: lc, prim: lk, partition: part}, nil
 }
 
 // enter counts an in-flight call; false once the generation is retiring.
@@ -161,7 +161,7 @@ func (g *generation) inflightCount() int {
 // ErrClosed (and a host.Lock moves them to the current generation).
 func (g *generation) closeLockers() {
 	for _, l := range g.locks {
-		l.locker.Close()
+		l.prim.Close()
 	}
 	if g.waiter != nil {
 		g.waiter.Close()
