@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/redis/rueidis"
 )
@@ -44,4 +45,45 @@ func ExampleKeepAlive() {
 	// Output:
 	// work done while holding the lock
 	// Released <nil>
+}
+
+// One Waiter shared by every primitive on a client: one waiting connection
+// however many lockers and lease sets the process has.
+func ExampleNewWaiter() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{exampleAddr}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
+	waiter, err := primitives.NewWaiter(client, primitives.WaiterOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer waiter.Close() // after the primitives that use it
+	locker, err := lock.New(client, lock.Options{Prefix: "example:", Waiter: waiter})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	leases, err := lease.New(client, lease.Options{Prefix: "example:", Waiter: waiter})
+	if err != nil {
+		panic(err)
+	}
+	defer leases.Close()
+
+	ctx := context.Background()
+	l, err := locker.Acquire(ctx, "nightly", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer l.Release(ctx)
+	slot, err := leases.Acquire(ctx, "workers", "slot-1", 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	defer slot.Release(ctx)
+	fmt.Println(l.Key(), slot.Key(), slot.Field())
+	// Output:
+	// example:nightly example:workers slot-1
 }

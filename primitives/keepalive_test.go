@@ -11,7 +11,8 @@ import (
 	"github.com/coordhost/coordhost/primitives/lock"
 )
 
-func TestMain(m *testing.M) { xtest.Main(m, xtest.ExampleServer(7, &exampleAddr)) }
+// Redis 8: the examples use leases too.
+func TestMain(m *testing.M) { xtest.Main(m, xtest.ExampleServer(8, &exampleAddr)) }
 
 // exampleAddr is the server the runnable examples talk to.
 var exampleAddr string

@@ -17,6 +17,7 @@ var readmeExamples = []struct{ file, fn string }{
 	{"primitives/lock/example_test.go", "ExampleLocker_AcquireFenced"},
 	{"primitives/lease/example_test.go", "Example"},
 	{"primitives/example_test.go", "ExampleKeepAlive"},
+	{"primitives/example_test.go", "ExampleNewWaiter"},
 	{"host/example_test.go", "Example"},
 }
 
