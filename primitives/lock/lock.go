@@ -8,25 +8,14 @@
 // same script and returns it as the fencing token, which a protected
 // resource compares to reject writes from a holder that lost the lock.
 //
-// Waiting (Acquire) never polls blindly: it sleeps until a client-tracking
-// invalidation or a release-channel message says the key changed, or until
-// the holder's TTL runs out, bounded by the retry policy. Each Locker keeps
-// one dedicated connection for this (CLIENT SETNAME coordhost-wait), and per
-// key only the oldest local waiter re-attempts after a wake, so a release
-// costs a few commands per process whatever the number of local waiters.
-//
-// Which client options give which wake-up source:
-//   - Standalone or sentinel client speaking RESP3 (rueidis' default, with
-//     or without DisableCache): client tracking on the dedicated
-//     connection. Releases, deletions and overwrites wake waiters at once.
-//   - Cluster client, or AlwaysRESP2: the key's release channel (one
-//     SUBSCRIBE per waited-on key on the dedicated connection). A key
-//     deleted without a coordhost release wakes waiters only at the
-//     holder's expiry or the retry policy's bound.
-//   - Pub/sub refused by ACL: a poll every 100ms at most.
-//
-// In every mode the waiter also wakes at the holder's remaining TTL, since
-// Redis may report an expiry tens of seconds late.
+// Waiting (Acquire) never polls blindly: it sleeps on a primitives.Waiter
+// until a client-tracking invalidation or a release-channel message says
+// the key changed, or until the holder's TTL runs out, bounded by the retry
+// policy. The Waiter keeps one dedicated connection (CLIENT SETNAME
+// coordhost-wait) for every primitive that shares it, and per key only the
+// oldest local waiter re-attempts after a wake, so a release costs a few
+// commands per process whatever the number of local waiters. Which client
+// options give which wake-up source is in the Waiter's documentation.
 //
 // # What the guarantees rest on
 //
@@ -155,8 +144,9 @@ type Options struct {
 const QueueEntryTTL = 15 * time.Second
 
 // Locker acquires locks on one client. Safe for concurrent use; create one
-// per client and share it, since each Locker keeps one dedicated connection
-// for waiting.
+// per configuration (prefix, fencing, retry policy) and share it. Lockers
+// (and other primitives) on one client should share a primitives.Waiter
+// (Options.Waiter), so that they hold one waiting connection between them.
 type Locker struct {
 	client rueidis.Client
 	space  keys.Space
