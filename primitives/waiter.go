@@ -54,13 +54,16 @@ const (
 // changes (WaitPoll, or while the waiting connection is being dialled).
 const DefaultPollInterval = wait.DefaultPollInterval
 
+// MinPollInterval is the shortest PollInterval a Waiter accepts.
+const MinPollInterval = 10 * time.Millisecond
+
 // WaiterOptions configure a Waiter. The zero value picks the wake-up
 // source automatically and polls at most every DefaultPollInterval.
 type WaiterOptions struct {
 	// Mode forces a wake-up source (tests, diagnostics).
 	Mode WaitMode
 	// PollInterval bounds every sleep while nothing can announce changes;
-	// 0 means DefaultPollInterval.
+	// 0 means DefaultPollInterval; at least MinPollInterval.
 	PollInterval time.Duration
 }
 
@@ -74,8 +77,8 @@ func NewWaiter(client rueidis.Client, opts WaiterOptions) (*Waiter, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: waiter: unknown Mode %d", ErrInvalidOptions, opts.Mode)
 	}
-	if opts.PollInterval < 0 {
-		return nil, fmt.Errorf("%w: waiter: negative PollInterval %v", ErrInvalidOptions, opts.PollInterval)
+	if opts.PollInterval != 0 && opts.PollInterval < MinPollInterval {
+		return nil, fmt.Errorf("%w: waiter: PollInterval %v is below %v (each waiter attempts once per interval)", ErrInvalidOptions, opts.PollInterval, MinPollInterval)
 	}
 	return (*Waiter)(wait.New(client, wait.Options{Mode: mode, PollInterval: opts.PollInterval})), nil
 }

@@ -99,7 +99,8 @@ type Options struct {
 	// Waiter is the waiting machinery Acquire sleeps on: give every
 	// primitive on a client the same one (primitives.NewWaiter) so that
 	// they share one waiting connection. Nil means a private Waiter that
-	// Close closes.
+	// Close closes. New refuses (primitives.ErrInvalidOptions) a Waiter
+	// made for another client, a closed one, or a zero Waiter.
 	Waiter *primitives.Waiter
 }
 
@@ -142,6 +143,9 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
 	} else {
 		ls.engine = (*wait.Engine)(opts.Waiter)
+		if err := ls.engine.Usable(client); err != nil {
+			return nil, fmt.Errorf("lease: Options.Waiter: %w", err)
+		}
 	}
 	return ls, nil
 }
@@ -165,7 +169,7 @@ func (ls *Leases) isClosed() bool {
 	case <-ls.closed:
 		return true
 	default:
-		return ls.engine.Closed()
+		return ls.owns && ls.engine.Closed() // a closed shared Waiter ends waiting, not TryAcquire
 	}
 }
 

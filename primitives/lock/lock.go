@@ -123,7 +123,8 @@ type Options struct {
 	// Waiter is the waiting machinery Acquire sleeps on: give every
 	// primitive on a client the same one (primitives.NewWaiter) so that
 	// they share one waiting connection. Nil means a private Waiter that
-	// Close closes.
+	// Close closes. New refuses (primitives.ErrInvalidOptions) a Waiter
+	// made for another client, a closed one, or a zero Waiter.
 	Waiter *primitives.Waiter
 	// FIFO grants the lock to waiters in order of arrival across every
 	// process, ordered by server time at the first attempt plus a
@@ -186,6 +187,9 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 		l.engine, l.ownsEngine = wait.New(client, wait.Options{}), true
 	} else {
 		l.engine = (*wait.Engine)(opts.Waiter)
+		if err := l.engine.Usable(client); err != nil {
+			return nil, fmt.Errorf("lock: Options.Waiter: %w", err)
+		}
 	}
 	return l, nil
 }
@@ -224,9 +228,10 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// isClosed reports whether this Locker or the machinery it shares closed.
+// isClosed reports whether this Locker was closed. (A closed shared
+// Waiter ends waiting, not TryAcquire.)
 func (l *Locker) isClosed() bool {
-	return l.closed.Load() || l.engine.Closed()
+	return l.closed.Load() || l.ownsEngine && l.engine.Closed()
 }
 
 // TryAcquire makes one attempt to take the lock key for ttl and never

@@ -267,6 +267,29 @@ func TestBadInputsWriteNothing(t *testing.T) {
 	if _, err := primitives.NewWaiter(c, primitives.WaiterOptions{PollInterval: -1}); !errors.Is(err, primitives.ErrInvalidOptions) {
 		t.Fatalf("negative poll interval: %v", err)
 	}
+	if _, err := primitives.NewWaiter(c, primitives.WaiterOptions{PollInterval: time.Microsecond}); !errors.Is(err, primitives.ErrInvalidOptions) {
+		t.Fatalf("a poll interval that would hammer Redis: %v", err)
+	}
+	// A Waiter serves the client it was made for: another client's would
+	// make re-attempts on the wrong server.
+	other := redistest.Start(t).Client(t)
+	closedWaiter := newWaiter(t, c, primitives.WaitAuto)
+	closedWaiter.Close()
+	for name, w := range map[string]*primitives.Waiter{
+		"another client's Waiter": newWaiter(t, other, primitives.WaitAuto),
+		"a zero Waiter":           {},
+		"a closed Waiter":         closedWaiter,
+	} {
+		if _, err := lock.New(c, lock.Options{Waiter: w}); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("lock.New with %s: %v", name, err)
+		}
+		if _, err := lease.New(c, lease.Options{Waiter: w}); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("lease.New with %s: %v", name, err)
+		}
+	}
+	if err := (&primitives.Waiter{}).Close(); err != nil {
+		t.Fatalf("closing a zero Waiter: %v", err)
+	}
 	var nilLocker *lock.Locker
 	if _, err := nilLocker.TryAcquire(ok, "k", time.Second); !errors.Is(err, primitives.ErrInvalidOptions) {
 		t.Fatalf("nil locker: %v", err)

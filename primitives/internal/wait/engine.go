@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/redis/rueidis"
@@ -168,6 +169,9 @@ func (e *Engine) Mode() Mode {
 // Close wakes every waiter with ErrClosed and closes the dedicated
 // connection. Idempotent.
 func (e *Engine) Close() error {
+	if e.closing == nil {
+		return nil // a zero Engine (never made by New) holds nothing
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -472,6 +476,21 @@ func (e *Engine) Queued(queue string) bool {
 	defer e.mu.Unlock()
 	q := e.queues[queue]
 	return q != nil && len(q.waiters) > 0
+}
+
+// Usable checks that the engine can serve a primitive on client: made by
+// New for that very client (its re-attempts run on the client or on its
+// own connection to the same server) and not closed.
+func (e *Engine) Usable(client rueidis.Client) error {
+	switch {
+	case e == nil || e.closing == nil:
+		return fmt.Errorf("%w: the Waiter was not made by primitives.NewWaiter", base.ErrInvalidOptions)
+	case e.client != client:
+		return fmt.Errorf("%w: the Waiter belongs to another rueidis client; give each client its own", base.ErrInvalidOptions)
+	case e.Closed():
+		return fmt.Errorf("%w: the Waiter is closed", base.ErrInvalidOptions)
+	}
+	return nil
 }
 
 // Closed reports whether Close has been called.
