@@ -168,6 +168,10 @@ func (h *Handle[O]) explain(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var ns notSent
+	if errors.As(err, &ns) {
+		return ns.err // nothing was sent: not an unknown outcome
+	}
 	if script.IsUncertain(err) {
 		return &base.Uncertain{Name: h.ops.Describe(), Op: op, Settled: "handle closed", Err: err}
 	}

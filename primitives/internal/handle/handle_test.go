@@ -1,6 +1,9 @@
 package handle
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -75,4 +78,47 @@ func TestRenewalsAppliedInSendOrder(t *testing.T) {
 	if r := s.Remaining(); r > 2*time.Second {
 		t.Fatalf("remaining %v: the older renewal's TTL won", r)
 	}
+}
+
+// Concurrent renewals run one at a time, so the estimate follows the
+// renewal the server applied last.
+func TestConcurrentRenewalsSerialised(t *testing.T) {
+	s := New(time.Now(), time.Minute)
+	var inFlight, most atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ttl := time.Duration(i+1) * time.Minute
+			s.Renew(context.Background(), ttl, func(context.Context) (int64, error) {
+				n := inFlight.Add(1)
+				for {
+					m := most.Load()
+					if n <= m || most.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				inFlight.Add(-1)
+				return 1, nil
+			})
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d renewals were on the wire at once", m)
+	}
+	// A renewal waiting its turn gives up with its context.
+	s2 := New(time.Now(), time.Minute)
+	release := make(chan struct{})
+	go s2.Renew(context.Background(), time.Minute, func(context.Context) (int64, error) { <-release; return 1, nil })
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	sent := false
+	if ok, err := s2.Renew(ctx, time.Minute, func(context.Context) (int64, error) { sent = true; return 1, nil }); ok || err == nil || sent {
+		t.Fatalf("waiting renewal: %v, %v, sent %v", ok, err, sent)
+	}
+	close(release)
 }

@@ -36,11 +36,26 @@ func Millis(ttl time.Duration) (time.Duration, string, error) {
 // run, which sends the script and returns 1 when the server renewed. It
 // answers false without calling run once the estimate ran out or the
 // handle was lost or released; any error, and a refusal, lose the handle
-// (an error leaves the outcome unknown: fail closed).
+// (an error leaves the outcome unknown: fail closed). Renewals of one
+// handle go one at a time: two in flight at once could reach the server in
+// either order (rueidis spreads commands over connections), and the
+// estimate would follow the wrong one.
 func (s *State) Renew(ctx context.Context, ttl time.Duration, run func(context.Context) (int64, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	s.mu.Lock()
+	if s.renewing == nil {
+		s.renewing = make(chan struct{}, 1)
+	}
+	slot := s.renewing
+	s.mu.Unlock()
+	select {
+	case slot <- struct{}{}:
+	case <-ctx.Done():
+		return false, notSent{ctx.Err()}
+	}
+	defer func() { <-slot }()
 	sent := s.clk.Now()
 	if !s.CanRenew(sent) {
 		return false, nil
@@ -92,6 +107,13 @@ func (s *State) Verify(ctx context.Context, token string, get func(context.Conte
 	}
 	return false, err
 }
+
+// notSent is an error that ended a call before it sent anything: the
+// handle is as it was.
+type notSent struct{ err error }
+
+func (e notSent) Error() string { return e.err.Error() }
+func (e notSent) Unwrap() error { return e.err }
 
 // isWrongType reports whether err is Redis' WRONGTYPE reply. (IsRedisErr
 // answers false for a nil reply, so it cannot be used to find one.)

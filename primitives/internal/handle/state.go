@@ -22,6 +22,10 @@ type State struct {
 	lastSent time.Time // send time of the latest renewal applied
 	done     chan struct{}
 	timer    clock.Timer
+	// renewing holds one token while a renewal is on the wire: renewals
+	// of one handle go one at a time, so the server applies them in the
+	// order their send times say (made on the first Renew).
+	renewing chan struct{}
 	over     bool // Done is (or, once made, will be) closed: final
 	lost     bool // ownership lost or uncertain: renewals are refused locally
 	released bool // released through this handle
