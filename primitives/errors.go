@@ -35,9 +35,12 @@ var (
 
 	// ErrUncertain means the outcome of a command is unknown: its reply was
 	// lost, it timed out, or the caller's context ended after it was sent.
-	// An acquire with this error is not held (it was settled: released
-	// best effort, or fenced and released); a renew or release with it
-	// closed the handle (Done), and a later Release settles it.
+	// An acquire with this error holds nothing: it was settled (released
+	// best effort, or fenced and released), unless the error also says it
+	// could not be settled (and matches why, e.g. ErrNoPermission): a
+	// grant may then stay held by no handle until its TTL. A renew or
+	// release with it closed the handle (Done), and a later Release settles
+	// it.
 	ErrUncertain = base.ErrUncertain
 
 	// ErrUnsupported means the server lacks a command or feature the call

@@ -7,7 +7,10 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"github.com/coordhost/coordhost/internal/faulttest"
+	"github.com/coordhost/coordhost/primitives"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,5 +119,35 @@ func TestNoClientPermission(t *testing.T) {
 	t.Logf("%v", err)
 	if n := s.MustCmd(t, "DBSIZE"); n != "0" {
 		t.Fatalf("DBSIZE %s", n)
+	}
+}
+
+// An uncertain acquire that cannot be fenced (CLIENT KILL refused) says so:
+// the error matches ErrUncertain and ErrNoPermission, and Acquire stops
+// instead of retrying into a second grant nobody holds.
+func TestUnsettledAcquireSaysWhy(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
+	s.MustCmd(t, "ACL", "SETUSER", "nokill", "on", ">pw", "~*", "&*", "+@all", "-client|kill")
+	p := faulttest.New(t)
+	c := s.Client(t, p.Option(), func(o *rueidis.ClientOption) {
+		o.Username, o.Password, o.DisableCache, o.DisableRetry = "nokill", "pw", true, true
+	})
+	ls := newLeases(t, c, lease.Options{})
+	ctx := xtest.Ctx(t, 10*time.Second)
+	for _, call := range []func() error{
+		func() error { _, err := ls.TryAcquire(ctx, "h", "f", time.Minute); return err },
+		func() error { _, err := ls.Acquire(ctx, "h", "g", time.Minute); return err },
+	} {
+		// A pooled fenced connection, so the dropped reply is the acquire's.
+		warm, err := ls.TryAcquire(ctx, "h", "warm", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm.Release(ctx)
+		p.DropReplies(1)
+		err = call()
+		if !errors.Is(err, primitives.ErrUncertain) || !errors.Is(err, primitives.ErrNoPermission) || !strings.Contains(err.Error(), "not settled") {
+			t.Fatalf("unsettled acquire: %v", err)
+		}
 	}
 }

@@ -11,8 +11,11 @@
 // dedicated connection whose CLIENT ID is known, and on uncertainty another
 // connection sends CLIENT KILL ID before an owner-checked release, so a
 // delayed command cannot recreate a lease after its cleanup. That needs the
-// CLIENT INFO and CLIENT KILL commands; without them acquisitions fail with
-// an error wrapping ErrNoClientPermission.
+// CLIENT INFO and CLIENT KILL commands: without CLIENT INFO every
+// acquisition fails with an error wrapping ErrNoClientPermission; without
+// CLIENT KILL an acquisition whose outcome is unknown fails with an error
+// matching both primitives.ErrUncertain and ErrNoClientPermission, and may
+// leave the field held by no handle until its TTL.
 //
 // Waiters track the whole hash (any field's change may wake them; only the
 // head of each field's local queue re-attempts) and always wake at the
@@ -276,7 +279,7 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 // own. A lost reply is fenced with CLIENT KILL, then released with an
 // owner check (fence.Attempt).
 func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
-	name := fmt.Sprintf("lease %q", r.key)
+	name := fmt.Sprintf("lease %q field %q", r.key, r.field)
 	sent := ls.clk.Now()
 	vals, err := fence.Attempt(ctx, ls.fences, c.CoreClient, c.Identity, name, r.key,
 		func(ctx context.Context, conn rueidis.CoreClient) ([]rueidis.RedisMessage, error) {

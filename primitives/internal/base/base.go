@@ -33,17 +33,30 @@ type Uncertain struct {
 	Op      string // "acquire", "renew", "release"
 	Settled string // what was done about it, e.g. "released best effort"; may be empty
 	Err     error  // the cause
+	// Unsettled, when not nil, is why the outcome could not be settled (an
+	// acquire may then have left a grant that no handle holds until its
+	// TTL); the error matches it too.
+	Unsettled error
 }
 
 func (e *Uncertain) Error() string {
-	if e.Settled == "" {
+	switch {
+	case e.Unsettled != nil:
+		return fmt.Sprintf("%s: %s outcome unknown and not settled (%v): %v", e.Name, e.Op, e.Unsettled, e.Err)
+	case e.Settled == "":
 		return fmt.Sprintf("%s: %s outcome unknown: %v", e.Name, e.Op, e.Err)
 	}
 	return fmt.Sprintf("%s: %s outcome unknown (%s): %v", e.Name, e.Op, e.Settled, e.Err)
 }
 
-// Unwrap returns ErrUncertain and the cause.
-func (e *Uncertain) Unwrap() []error { return []error{ErrUncertain, e.Err} }
+// Unwrap returns ErrUncertain, the cause, and what kept it from being
+// settled.
+func (e *Uncertain) Unwrap() []error {
+	if e.Unsettled != nil {
+		return []error{ErrUncertain, e.Err, e.Unsettled}
+	}
+	return []error{ErrUncertain, e.Err}
+}
 
 // LateGrant is a grant whose reply came after the whole lease had run out
 // locally: not acquired (the grant is released). It matches

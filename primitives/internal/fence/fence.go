@@ -254,7 +254,7 @@ func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Ide
 			fc.Discard()
 		}
 		if serr := p.Settle(ctx, who, settle); serr != nil {
-			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "not settled: " + serr.Error(), Err: err}
+			return zero, &base.Uncertain{Name: name, Op: "acquire", Err: err, Unsettled: serr}
 		}
 		return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "fenced and released", Err: err}
 	}

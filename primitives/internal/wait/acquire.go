@@ -76,6 +76,12 @@ func worthRetrying(ctx context.Context, err error) bool {
 		return false
 	}
 	var late *base.LateGrant
+	var unknown *base.Uncertain
+	if errors.As(err, &unknown) && unknown.Unsettled != nil {
+		// Not settled (e.g. CLIENT KILL refused): another attempt could
+		// add a second grant no handle holds; stop and say why.
+		return false
+	}
 	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late)
 }
 
@@ -108,7 +114,9 @@ func Final(ctx context.Context, name string, start time.Time, err error) error {
 		return fmt.Errorf("%w: %s: %w", base.ErrNotAcquired, name, err)
 	case errors.Is(err, ErrClosed):
 		return fmt.Errorf("%s: %w", name, base.ErrClosed)
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case ctx.Err() != nil && err == ctx.Err():
+		// The bare context error names nothing: say what waited, how long.
+		// (An attempt's own error already names the lease.)
 		return fmt.Errorf("%s: not acquired after waiting %v: %w", name, time.Since(start).Round(time.Millisecond), err)
 	}
 	return err
