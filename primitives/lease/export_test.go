@@ -14,3 +14,7 @@ func SetClock(ls *Leases, clk clock.Clock) {
 		ls.engine = wait.New(ls.client, wait.Options{Clock: clk})
 	}
 }
+
+// AssumeFieldExpiry makes ls believe the server has hash-field expiry, as
+// a cached probe would after the server behind the address changed.
+func AssumeFieldExpiry(ls *Leases) { ls.fieldExpiry.Assume(true, ls.clk) }

@@ -294,6 +294,11 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 		if errors.Is(err, base.ErrUncertain) {
 			return nil, 0, err
 		}
+		var se *script.Error
+		if errors.As(err, &se) && se.Code == script.CodeUnsupported {
+			ls.fieldExpiry.Forget()
+			return nil, 0, fmt.Errorf("%s: %w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer): %s", name, ErrUnsupportedServer, se.Msg)
+		}
 		return nil, 0, mapScriptErr(name, err)
 	}
 	flag, err := vals[0].AsInt64()

@@ -360,3 +360,31 @@ func TestLeaseHandleBadInputs(t *testing.T) {
 		t.Fatal(r, err)
 	}
 }
+
+// A server without field expiry behind a cached "yes" (a failover to an
+// older server): the acquire script refuses before writing, the error is
+// ErrUnsupportedServer, and the next call asks the server again.
+func TestStaleProbeWritesNothing(t *testing.T) {
+	for _, k := range redistest.Kinds() {
+		if k.Has(redistest.HashFieldExpiry) {
+			continue
+		}
+		t.Run(k.String(), func(t *testing.T) {
+			s := redistest.Start(t, redistest.WithKind(k))
+			ctx := xtest.Ctx(t, 10*time.Second)
+			ls := newLeases(t, s.Client(t), lease.Options{})
+			lease.AssumeFieldExpiry(ls)
+			_, err := ls.TryAcquire(ctx, "h", "f", time.Minute)
+			if !errors.Is(err, lease.ErrUnsupportedServer) {
+				t.Fatalf("TryAcquire behind a stale probe: %v", err)
+			}
+			if n := s.MustCmd(t, "DBSIZE"); n != "0" {
+				t.Fatalf("DBSIZE %s: the refused acquire wrote", n)
+			}
+			_, err = ls.TryAcquire(ctx, "h", "f", time.Minute)
+			if !errors.Is(err, lease.ErrUnsupportedServer) || !strings.Contains(err.Error(), k.Product()+" "+k.Version()) {
+				t.Fatalf("the next call did not probe again: %v", err)
+			}
+		})
+	}
+}

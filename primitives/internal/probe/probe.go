@@ -72,6 +72,14 @@ type Feature struct {
 	checked time.Time
 }
 
+// Forget drops the cached answer: the next Check asks the server (a script
+// found the feature missing, e.g. after a failover).
+func (f *Feature) Forget() {
+	f.mu.Lock()
+	f.known = false
+	f.mu.Unlock()
+}
+
 // Check reports whether the server has every command, and when it has not,
 // the server's name and version (for the error). It sends COMMAND INFO
 // (and INFO server when a command is missing) at most once per Interval.
@@ -99,4 +107,12 @@ func (f *Feature) Check(ctx context.Context, c rueidis.Client) (has bool, versio
 	f.known, f.has, f.version, f.checked = true, has, version, clk.Now()
 	f.mu.Unlock()
 	return has, version, nil
+}
+
+// Assume makes f answer has until the next Forget or re-probe (tests: a
+// server that changed under a cached answer).
+func (f *Feature) Assume(has bool, clk clock.Clock) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.known, f.has, f.version, f.checked = true, has, "", clock.Or(clk).Now()
 }

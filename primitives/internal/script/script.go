@@ -55,6 +55,9 @@ const (
 	CodeBadCounter
 	// CodeKeyTTL is COORDHOST_KEYTTL: a hash of field leases has a key TTL.
 	CodeKeyTTL
+	// CodeUnsupported is COORDHOST_UNSUPPORTED: the server lacks a
+	// command the script needs (found before any write).
+	CodeUnsupported
 	// CodeBadArg is COORDHOST_BADARG: the script refused an argument
 	// before writing anything (the callers validate first, so this means
 	// a caller's bug).
@@ -86,7 +89,7 @@ func (s *Script) Classify(err error) error {
 	for _, c := range []struct {
 		word string
 		code Code
-	}{{"COORDHOST_BADCOUNTER", CodeBadCounter}, {"COORDHOST_KEYTTL", CodeKeyTTL}, {"COORDHOST_BADARG", CodeBadArg}} {
+	}{{"COORDHOST_BADCOUNTER", CodeBadCounter}, {"COORDHOST_KEYTTL", CodeKeyTTL}, {"COORDHOST_BADARG", CodeBadArg}, {"COORDHOST_UNSUPPORTED", CodeUnsupported}} {
 		if i := strings.Index(msg, c.word); i >= 0 {
 			return &Error{Script: s.name, Code: c.code, Msg: strings.TrimSpace(msg[i+len(c.word):])}
 		}
