@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +35,15 @@ func TestLeaseConformance(t *testing.T) {
 				Delete:   func(t *testing.T, h primitives.Lease) { s.MustCmd(t, "HDEL", h.Key(), field(h)) },
 				Snapshot: func(t *testing.T) string { return leasetest.Keyspace(t, s) },
 				MaxTTL:   lease.MaxTTL,
+				ServerTTL: func(t *testing.T, h primitives.Lease) time.Duration {
+					v := strings.Trim(s.MustCmd(t, "HPTTL", h.Key(), "FIELDS", "1", field(h)), "[] \n")
+					ms, _ := strconv.ParseInt(v, 10, 64)
+					return time.Duration(ms) * time.Millisecond
+				},
+				Reacquire: func(ctx context.Context, h primitives.Lease, ttl time.Duration) (primitives.Lease, error) {
+					return ls.TryAcquire(ctx, "workers", field(h), ttl)
+				},
+				Pause: func(*testing.T) func() { s.Pause(); return s.Resume },
 			})
 		})
 	}

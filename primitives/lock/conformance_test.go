@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +32,14 @@ func TestLockConformance(t *testing.T) {
 					Delete:   func(t *testing.T, h primitives.Lease) { s.MustCmd(t, "DEL", h.Key()) },
 					Snapshot: func(t *testing.T) string { return leasetest.Keyspace(t, s) },
 					MaxTTL:   lock.MaxTTL,
+					ServerTTL: func(t *testing.T, h primitives.Lease) time.Duration {
+						ms, _ := strconv.ParseInt(s.MustCmd(t, "PTTL", h.Key()), 10, 64)
+						return time.Duration(ms) * time.Millisecond
+					},
+					Reacquire: func(ctx context.Context, h primitives.Lease, ttl time.Duration) (primitives.Lease, error) {
+						return l.TryAcquire(ctx, strings.TrimPrefix(h.Key(), "c:"), ttl)
+					},
+					Pause: func(*testing.T) func() { s.Pause(); return s.Resume },
 				})
 			})
 		}

@@ -31,6 +31,14 @@ type Subject struct {
 	Snapshot func(t *testing.T) string
 	// MaxTTL is the longest ttl the primitive documents.
 	MaxTTL time.Duration
+	// ServerTTL reads the remaining time the server keeps h's lease
+	// (PTTL, HPTTL); negative when the lease is gone.
+	ServerTTL func(t *testing.T, h primitives.Lease) time.Duration
+	// Reacquire tries once to acquire the same resource as h.
+	Reacquire func(ctx context.Context, h primitives.Lease, ttl time.Duration) (primitives.Lease, error)
+	// Pause stops the server answering until the returned resume is
+	// called (SIGSTOP), to make outcomes uncertain.
+	Pause func(t *testing.T) (resume func())
 }
 
 // Run checks the contract: a fresh handle; renewal; the bad-input table
@@ -64,6 +72,13 @@ func Run(t *testing.T, s Subject) {
 		if ok, err := h.Verify(ctx); !ok || err != nil {
 			t.Fatalf("Verify: %v, %v", ok, err)
 		}
+		// (The server reports whole milliseconds, rounded down.)
+		if st := s.ServerTTL(t, h); st+time.Millisecond < h.Remaining() || st > time.Minute {
+			t.Fatalf("server TTL %v, local estimate %v: the estimate must not exceed it", st, h.Remaining())
+		}
+		if _, err := s.Reacquire(ctx, h, time.Minute); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Fatalf("a second grant of a held lease: %v", err)
+		}
 	})
 
 	t.Run("renew", func(t *testing.T) {
@@ -75,8 +90,58 @@ func Run(t *testing.T, s Subject) {
 		if r := h.Remaining(); r <= 59*time.Minute || r > time.Hour {
 			t.Fatalf("Remaining %v after Renew(1h)", r)
 		}
+		if st := s.ServerTTL(t, h); st <= 59*time.Minute || st > time.Hour {
+			t.Fatalf("server TTL %v after Renew(1h)", st)
+		}
 		if ok, err := h.Renew(ctx, s.MaxTTL); !ok || err != nil {
 			t.Fatalf("Renew(MaxTTL): %v, %v", ok, err)
+		}
+		if st := s.ServerTTL(t, h); st < s.MaxTTL-time.Hour {
+			t.Fatalf("server TTL %v after Renew(MaxTTL %v)", st, s.MaxTTL)
+		}
+	})
+
+	t.Run("concurrent renewals", func(t *testing.T) {
+		// Whatever order they reach the server in, the estimate never
+		// promises more than the server keeps.
+		h := acquire(t, time.Minute)
+		defer h.Close()
+		var wg sync.WaitGroup
+		for _, ttl := range []time.Duration{time.Hour, 2 * time.Second, 30 * time.Minute, 5 * time.Second} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.Renew(ctx, ttl)
+			}()
+		}
+		wg.Wait()
+		if r, st := h.Remaining(), s.ServerTTL(t, h); r > st+50*time.Millisecond {
+			t.Fatalf("estimate %v, server TTL %v: the estimate follows a renewal the server did not keep", r, st)
+		}
+	})
+
+	t.Run("uncertain renew", func(t *testing.T) {
+		h := acquire(t, time.Minute)
+		done := h.Done()
+		resume := s.Pause(t)
+		short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+		ok, err := h.Renew(short, time.Minute)
+		stop()
+		resume()
+		if ok || !errors.Is(err, primitives.ErrUncertain) {
+			t.Fatalf("Renew on a paused server: %v, %v; want an error matching ErrUncertain", ok, err)
+		}
+		if !closed(done) {
+			t.Fatal("Done open after an uncertain renewal")
+		}
+		if ok, err := h.Renew(ctx, time.Minute); ok || err != nil {
+			t.Fatalf("Renew after an uncertain one: %v, %v; want false, nil", ok, err)
+		}
+		if r, err := h.Release(ctx); r != primitives.Released || err != nil {
+			t.Fatalf("Release settling an uncertain handle: %v, %v", r, err)
+		}
+		if st := s.ServerTTL(t, h); st >= 0 {
+			t.Fatalf("the lease is still on the server after Release (TTL %v)", st)
 		}
 	})
 
@@ -177,6 +242,9 @@ func Run(t *testing.T, s Subject) {
 		if !closed(done) || h.Remaining() != 0 {
 			t.Fatalf("Done open or Remaining %v after Release", h.Remaining())
 		}
+		if st := s.ServerTTL(t, h); st >= 0 {
+			t.Fatalf("Release answered Released but the server keeps the lease (TTL %v)", st)
+		}
 		if r, err := h.Release(ctx); r != primitives.AlreadyReleased || err != nil {
 			t.Fatalf("second Release: %v, %v", r, err)
 		}
@@ -189,7 +257,10 @@ func Run(t *testing.T, s Subject) {
 			}
 		}
 		// A new grant on the same resource is possible at once.
-		h2 := acquire(t, time.Minute)
+		h2, err := s.Reacquire(ctx, h, time.Minute)
+		if err != nil {
+			t.Fatalf("a new grant after Release: %v", err)
+		}
 		h2.Close()
 	})
 

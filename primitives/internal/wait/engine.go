@@ -302,7 +302,7 @@ func (e *Engine) takeTurn(ctx context.Context, req Request, q *queue, w *waiter)
 	for !w.every && !e.isHead(q, w) {
 		select {
 		case <-w.turn:
-			if e.Closed() {
+			if e.Closed() || closed(req.Closing) {
 				return ErrClosed
 			}
 		case <-req.Closing:
@@ -352,6 +352,11 @@ func (e *Engine) decide(ctx context.Context, req Request, w *waiter, st *progres
 // in track mode (its read registers the key), else the client. It reports
 // done when the attempt acquired or ended the wait with an error.
 func (e *Engine) attemptOnce(ctx context.Context, req Request, q *queue, w *waiter, st *progress, first bool, attempt Attempt) (done bool, err error) {
+	if closed(req.Closing) {
+		// Closed while this waiter woke: a select picks at random among
+		// ready cases, so a wake may win over Closing.
+		return true, ErrClosed
+	}
 	// Drain before registering and sending: a wake after this point (a
 	// release, or the connection dropping) stays buffered.
 	select {
@@ -403,6 +408,16 @@ func (e *Engine) attemptOnce(ctx context.Context, req Request, q *queue, w *wait
 	}
 	st.reason, st.lastErr, st.holderTTL = policies.ReasonError, err, -1
 	return false, nil
+}
+
+// closed reports whether ch (a Request.Closing, maybe nil) is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func policyDecide(ctx context.Context, p policies.RetryPolicy, r policies.RetryRequest) policies.RetryDecision {
