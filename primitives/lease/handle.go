@@ -13,30 +13,46 @@ import (
 )
 
 // Lease is a granted hash-field lease. Methods are safe for concurrent use;
-// copies of a *Lease share one state.
+// copies of a *Lease share one state (a Lease value must not be copied). A
+// zero Lease, or a nil *Lease, is no grant: its calls fail with
+// primitives.ErrInvalidOptions.
 type Lease struct {
 	h handle.Handle[leaseOps]
 }
 
 var _ primitives.Lease = (*Lease)(nil)
 
+// core is the handle core; nil for a nil *Lease, which then behaves as no
+// grant (calls fail with primitives.ErrInvalidOptions).
+func (l *Lease) core() *handle.Handle[leaseOps] {
+	if l == nil {
+		return nil
+	}
+	return &l.h
+}
+
 // Key returns the hash key, prefix included.
-func (l *Lease) Key() string { return l.h.Key() }
+func (l *Lease) Key() string { return l.core().Key() }
 
 // Field returns the leased field.
-func (l *Lease) Field() string { return l.h.Ops().field }
+func (l *Lease) Field() string {
+	if o := l.core().Ops(); o != nil {
+		return o.field
+	}
+	return ""
+}
 
 // Token returns the random ownership token stored in the field.
-func (l *Lease) Token() string { return l.h.Token() }
+func (l *Lease) Token() string { return l.core().Token() }
 
 // Remaining returns the local estimate of the time left, measured from
 // before the acquire (or last accepted renewal) was sent. Zero once lost or
 // released.
-func (l *Lease) Remaining() time.Duration { return l.h.Remaining() }
+func (l *Lease) Remaining() time.Duration { return l.core().Remaining() }
 
 // Done is closed when the estimate runs out, ownership is lost or
 // uncertain, or the lease is released. Closing is final.
-func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
+func (l *Lease) Done() <-chan struct{} { return l.core().Done() }
 
 // Renew sets the field's expiry to ttl from now if this handle still owns
 // it. False without a round trip once the estimate ran out or the lease was
@@ -47,7 +63,7 @@ func (l *Lease) Done() <-chan struct{} { return l.h.Done() }
 // closed and returns an error matching primitives.ErrUncertain. ttl follows
 // the rules of Leases.TryAcquire (at most MaxTTL).
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
-	return l.h.Renew(ctx, ttl)
+	return l.core().Renew(ctx, ttl)
 }
 
 // Verify asks the server whether this handle still owns the field. It
@@ -55,7 +71,7 @@ func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 // the hash has a key-level TTL (added after the grant: the lease would end
 // with the hash, whatever the field's expiry says). A false answer marks
 // the handle lost; errors leave it as it was.
-func (l *Lease) Verify(ctx context.Context) (bool, error) { return l.h.Verify(ctx) }
+func (l *Lease) Verify(ctx context.Context) (bool, error) { return l.core().Verify(ctx) }
 
 // Release deletes the field if this handle still owns it and announces the
 // release (fire and forget). Results as in primitives.ReleaseResult. A
@@ -63,13 +79,13 @@ func (l *Lease) Verify(ctx context.Context) (bool, error) { return l.h.Verify(ct
 // primitives.ErrUncertain and closes Done; calling Release again settles
 // ownership.
 func (l *Lease) Release(ctx context.Context) (primitives.ReleaseResult, error) {
-	return l.h.Release(ctx)
+	return l.core().Release(ctx)
 }
 
 // Close releases the lease best effort within DefaultCloseTimeout; it never
 // deletes another owner's field and is idempotent. It returns an error only
 // when the outcome stayed unknown.
-func (l *Lease) Close() error { return l.h.Close() }
+func (l *Lease) Close() error { return l.core().Close() }
 
 // leaseOps are a hash-field lease's owner-checked operations (handle.Ops).
 type leaseOps struct{ key, field, channel string }

@@ -11,7 +11,9 @@ import (
 )
 
 // Lock is a granted lock. All methods are safe for concurrent use; copies
-// of a *Lock share one state.
+// of a *Lock share one state (a Lock value must not be copied: go vet's
+// copylocks check says so). A zero Lock, or a nil *Lock, is no grant:
+// its calls fail with primitives.ErrInvalidOptions.
 type Lock struct {
 	h     handle.Handle[lockOps]
 	fence int64
@@ -19,11 +21,20 @@ type Lock struct {
 
 var _ primitives.Lease = (*Lock)(nil)
 
+// core is the handle core; nil for a nil *Lock, which then behaves as no
+// grant (calls fail with primitives.ErrInvalidOptions).
+func (l *Lock) core() *handle.Handle[lockOps] {
+	if l == nil {
+		return nil
+	}
+	return &l.h
+}
+
 // Key returns the lock's Redis key, prefix included.
-func (l *Lock) Key() string { return l.h.Key() }
+func (l *Lock) Key() string { return l.core().Key() }
 
 // Token returns the random ownership token stored at the key.
-func (l *Lock) Token() string { return l.h.Token() }
+func (l *Lock) Token() string { return l.core().Token() }
 
 // FencingToken returns the counter value this grant received; 0 when
 // fencing is off. It is greater than every earlier grant's on the same key
@@ -31,17 +42,22 @@ func (l *Lock) Token() string { return l.h.Token() }
 // on" in the package documentation (a restart without persistence, an
 // eviction, a failover that loses writes, or someone deleting the counter
 // restarts the sequence).
-func (l *Lock) FencingToken() int64 { return l.fence }
+func (l *Lock) FencingToken() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
 
 // Remaining returns the local estimate of the time left, measured from
 // before the acquire (or last accepted renewal) was sent, so it never
 // exceeds the server's TTL. Zero once lost or released.
-func (l *Lock) Remaining() time.Duration { return l.h.Remaining() }
+func (l *Lock) Remaining() time.Duration { return l.core().Remaining() }
 
 // Done is closed when the estimate runs out, ownership is found lost or
 // becomes uncertain, or the lock is released. Protected work should stop
 // when it closes. Closing is final.
-func (l *Lock) Done() <-chan struct{} { return l.h.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.core().Done() }
 
 // Renew sets the lock's TTL to ttl from now if this handle still owns it.
 // It returns false without a round trip when the estimate has already run
@@ -53,14 +69,14 @@ func (l *Lock) Done() <-chan struct{} { return l.h.Done() }
 // Locker.TryAcquire (at most MaxTTL); a bad ttl or a context already done
 // sends nothing.
 func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
-	return l.h.Renew(ctx, ttl)
+	return l.core().Renew(ctx, ttl)
 }
 
 // Verify asks the server whether this handle still owns the lock: false
 // (without an error) when the key is gone, holds another token, or holds a
 // value of another type. A false answer marks the handle lost. Errors leave
 // the handle as it was.
-func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.h.Verify(ctx) }
+func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.core().Verify(ctx) }
 
 // Release deletes the lock if this handle still owns it and announces the
 // release on the key's channel (fire and forget). It returns
@@ -70,13 +86,13 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.h.Verify(ctx
 // error matching primitives.ErrUncertain and closes Done; calling Release
 // again settles ownership.
 func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
-	return l.h.Release(ctx)
+	return l.core().Release(ctx)
 }
 
 // Close releases the lock best effort within DefaultCloseTimeout. It never
 // deletes another owner's lock and is idempotent; it returns an error only
 // when the release outcome stayed unknown.
-func (l *Lock) Close() error { return l.h.Close() }
+func (l *Lock) Close() error { return l.core().Close() }
 
 // lockOps are a lock's owner-checked operations (handle.Ops).
 type lockOps struct{ key, channel string }

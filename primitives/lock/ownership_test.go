@@ -152,3 +152,26 @@ func TestFencingTokensAcrossRestart(t *testing.T) {
 		})
 	}
 }
+
+// A zero Lock and a nil *Lock are no grant: every call answers without a
+// panic, and the ones that would talk to Redis fail with ErrInvalidOptions.
+func TestZeroAndNilLock(t *testing.T) {
+	ctx := xtest.Ctx(t, 5*time.Second)
+	for name, l := range map[string]*lock.Lock{"zero": {}, "nil": nil} {
+		if l.Key() != "" || l.Token() != "" || l.FencingToken() != 0 || l.Remaining() != 0 || !isClosed(l.Done()) {
+			t.Errorf("%s: accessors %q %q %d %v %v", name, l.Key(), l.Token(), l.FencingToken(), l.Remaining(), isClosed(l.Done()))
+		}
+		if _, err := l.Renew(ctx, time.Second); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("%s: Renew: %v", name, err)
+		}
+		if _, err := l.Verify(ctx); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("%s: Verify: %v", name, err)
+		}
+		if _, err := l.Release(ctx); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("%s: Release: %v", name, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("%s: Close: %v", name, err)
+		}
+	}
+}

@@ -64,29 +64,69 @@ func (h *Handle[O]) Observe(r Reporter, granted time.Time) {
 	h.watch = &Watch{r: r, granted: granted}
 }
 
-// Ops returns the handle's operations value.
-func (h *Handle[O]) Ops() *O { return &h.ops }
+// A nil *Handle, and one never given to Init (a zero public handle, or a
+// nil pointer to one), is no grant: its Key and Token are empty, Remaining
+// is 0, Done is closed, and its calls fail with base.ErrInvalidOptions.
+func (h *Handle[O]) granted() bool { return h != nil && h.client != nil }
+
+func (h *Handle[O]) notGranted(op string) error {
+	return fmt.Errorf("%w: %s on a handle that no acquire returned (use TryAcquire or Acquire)", base.ErrInvalidOptions, op)
+}
+
+// closedDone is the Done channel of a handle that is no grant.
+var closedDone = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// Ops returns the handle's operations value (nil for no grant).
+func (h *Handle[O]) Ops() *O {
+	if !h.granted() {
+		return nil
+	}
+	return &h.ops
+}
 
 // Key returns the lease's Redis key.
-func (h *Handle[O]) Key() string { return h.key }
+func (h *Handle[O]) Key() string {
+	if !h.granted() {
+		return ""
+	}
+	return h.key
+}
 
 // Token returns the ownership token.
-func (h *Handle[O]) Token() string { return h.token }
+func (h *Handle[O]) Token() string {
+	if !h.granted() {
+		return ""
+	}
+	return h.token
+}
 
 // Remaining returns the local estimate of the time left.
-func (h *Handle[O]) Remaining() time.Duration { return h.state.Remaining() }
+func (h *Handle[O]) Remaining() time.Duration {
+	if !h.granted() {
+		return 0
+	}
+	return h.state.Remaining()
+}
 
 // Done is closed when the estimate runs out, ownership is lost or
 // uncertain, or the lease is released.
-func (h *Handle[O]) Done() <-chan struct{} { return h.state.Done() }
+func (h *Handle[O]) Done() <-chan struct{} {
+	if !h.granted() {
+		return closedDone
+	}
+	return h.state.Done()
+}
 
 // Expired reports whether the local estimate has run out (or the handle
 // was lost or released).
-func (h *Handle[O]) Expired() bool { return h.state.Remaining() == 0 }
+func (h *Handle[O]) Expired() bool { return h.Remaining() == 0 }
 
 // Renew sets the lease to ttl from now if this handle still owns it; see
 // lock.Lock.Renew for the contract every handle documents.
 func (h *Handle[O]) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	if !h.granted() {
+		return false, h.notGranted("Renew")
+	}
 	if ctx == nil {
 		return false, fmt.Errorf("%w: %s: renew: nil context", base.ErrInvalidOptions, h.ops.Describe())
 	}
@@ -108,6 +148,9 @@ func (h *Handle[O]) Renew(ctx context.Context, ttl time.Duration) (bool, error) 
 // Verify asks the server whether this handle still owns the lease. A false
 // answer marks the handle lost. Errors leave the handle as it was.
 func (h *Handle[O]) Verify(ctx context.Context) (bool, error) {
+	if !h.granted() {
+		return false, h.notGranted("Verify")
+	}
 	if ctx == nil {
 		return false, fmt.Errorf("%w: %s: verify: nil context", base.ErrInvalidOptions, h.ops.Describe())
 	}
@@ -129,6 +172,9 @@ func (h *Handle[O]) Verify(ctx context.Context) (bool, error) {
 // matching base.ErrUncertain and closes Done; calling Release again
 // settles it.
 func (h *Handle[O]) Release(ctx context.Context) (base.ReleaseResult, error) {
+	if !h.granted() {
+		return 0, h.notGranted("Release")
+	}
 	if ctx == nil {
 		return 0, fmt.Errorf("%w: %s: release: nil context", base.ErrInvalidOptions, h.ops.Describe())
 	}
@@ -153,6 +199,9 @@ func (h *Handle[O]) Release(ctx context.Context) (base.ReleaseResult, error) {
 // deletes another owner's lease, is idempotent, and returns an error only
 // when the outcome stayed unknown.
 func (h *Handle[O]) Close() error {
+	if !h.granted() {
+		return nil // nothing to release
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
 	_, err := h.Release(ctx)
