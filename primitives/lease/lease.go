@@ -32,8 +32,8 @@
 // lease with it, so Acquire refuses such a hash and Renew and Verify fail
 // closed when one appears (ErrHashHasTTL); and a DEL or HDEL from outside
 // ends the lease at once, which Verify reports as false. Leases need the
-// CLIENT INFO and CLIENT KILL commands (ErrNoClientPermission) besides the
-// hash commands of the scripts.
+// CLIENT INFO and CLIENT KILL commands (ErrNoClientPermission) and COMMAND
+// INFO (the feature probe) besides the hash commands of the scripts.
 package lease
 
 import (

@@ -127,8 +127,8 @@ func (l *Locker) leaveLater(sc *script.Script, keys, args []string) {
 	})
 }
 
-// cleanups runs the background cleanups of a Locker (and of the Lockers
-// derived from it) and lets Close wait for them. Unlike a WaitGroup it
+// cleanups runs the background cleanups of a Locker and lets Close wait
+// for them. Unlike a WaitGroup it
 // allows a spawn to race a wait: a cleanup that arrives once the Locker
 // is closing runs in its caller instead, so none is left behind on a
 // client its owner is about to close.

@@ -51,9 +51,11 @@ func (r realTimer) C() <-chan time.Time        { return r.t.C }
 func (r realTimer) Stop() bool                 { return r.t.Stop() }
 func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 
-// Fake is a clock for tests: it stands still until Advance or Set moves
-// it, and then fires the timers that came due, in order. Safe for
-// concurrent use.
+// Fake is a clock for tests: it stands still until Advance moves it, and
+// then fires the timers that came due, earliest first (an AfterFunc
+// function runs in its own goroutine, as with time.AfterFunc, so those may
+// run in any order). Stop and Reset drop a value a fired timer has not yet
+// delivered, as Go 1.23's timers do. Safe for concurrent use.
 type Fake struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -158,7 +160,14 @@ func (t *fakeTimer) Stop() bool {
 			return true
 		}
 	}
-	return false
+	// Fired: a value not yet received is dropped, and the timer counts as
+	// stopped, as with Go 1.23's synchronous timer channels.
+	select {
+	case <-t.ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func (t *fakeTimer) Reset(d time.Duration) bool {

@@ -4,10 +4,12 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/redis/rueidis"
 )
@@ -98,6 +100,9 @@ func (f *Feature) Check(ctx context.Context, c rueidis.Client) (has bool, versio
 	f.mu.Unlock()
 	has, err = HasCommands(ctx, c, f.Commands...)
 	if err != nil {
+		if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "NOPERM") {
+			err = fmt.Errorf("%w: COMMAND INFO (ACL: +command|info): %w", base.ErrNoPermission, err)
+		}
 		return false, "", err
 	}
 	if !has {
