@@ -30,7 +30,7 @@ type clientSetup struct {
 	name string
 	note string
 	opt  func(*rueidis.ClientOption) // nil: library defaults
-	// wrap, when set, wraps the new client
+	// wrap, when set, wraps the new client (a prototype, see adaptive.go)
 	wrap func(rueidis.Client) rueidis.Client
 }
 
@@ -43,6 +43,14 @@ var (
 		opt:  func(o *rueidis.ClientOption) { o.DisableAutoPipelining = true },
 	}
 )
+
+// setupAdaptive is a prototype, not a rueidis option: see adaptive.go.
+var setupAdaptive = clientSetup{
+	name: "adaptive (prototype)",
+	note: "not a rueidis option: `DisableAutoPipelining: true` plus a wrapper (bench/cmd/lockbench/adaptive.go) that marks a command `ToPipe()` when another command is in flight through the same client, so a lone caller's command goes on the caller's goroutine and concurrent ones are auto-pipelined",
+	opt:  func(o *rueidis.ClientOption) { o.DisableAutoPipelining = true },
+	wrap: newAdaptive,
+}
 
 func clientSetups() []clientSetup {
 	return []clientSetup{
@@ -64,6 +72,7 @@ func clientSetups() []clientSetup {
 			opt: func(o *rueidis.ClientOption) { o.ConnWriteTimeout = -1 }},
 		{name: "AlwaysRESP2+DisableCache", note: "`AlwaysRESP2: true` (needs `DisableCache`)",
 			opt: func(o *rueidis.ClientOption) { o.AlwaysRESP2, o.DisableCache = true, true }},
+		setupAdaptive,
 	}
 }
 
@@ -133,6 +142,7 @@ func setupRows(filter string) []setupRow {
 	rows = append(rows,
 		setupRow{name: "raw rueidis, default", kind: kindByName("raw rueidis"), setup: setupDefault},
 		setupRow{name: "raw rueidis, DisableAutoPipelining", kind: kindByName("raw rueidis"), setup: setupSequential},
+		setupRow{name: "raw rueidis, adaptive (prototype)", kind: kindByName("raw rueidis"), setup: setupAdaptive},
 		setupRow{name: "bsm/redislock", kind: kindByName("bsm/redislock")},
 	)
 	if filter == "" {
