@@ -47,6 +47,10 @@ type implConfig struct {
 	// count, when set, counts every command the instance sends (coordhost
 	// only: its client is wrapped, see countingClient).
 	count *cmdCounter
+	// setup, when not the zero value, changes the rueidis client of the
+	// implementations on rueidis (coordhost, raw rueidis) from the library
+	// defaults; see setups.go.
+	setup clientSetup
 }
 
 // kind describes one implementation row.
@@ -78,6 +82,15 @@ func kinds() []kind {
 			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
 			note:       "`lock.Locker` (Fencing off) on a default rueidis client (RESP3, auto-pipelining); TryAcquire/Acquire + Release; the first attempt of an acquire is a plain `SET NX GET PX` (since commits ffcbb96 and the SET NX GET change; before, it was the acquire script) that also answers contention in one round trip; a waiter that finds local waiters queued on its key joins them without an attempt; the acquire script (EVALSHA) runs for waiting attempts, Release is EVALSHA; Acquire waits on tracking invalidations + a timer at the holder's PTTL (default Exponential retry policy)",
 			new:        func(c implConfig) (impl, error) { return newCoordhost(c, coordhostPlain) },
+		},
+		{
+			name:       "coordhost (sequential set-up)",
+			scriptCmds: []string{"set", "get", "del", "pttl", "publish", "incr", "pexpire"},
+			note:       "the `coordhost` row on a rueidis client built with `DisableAutoPipelining: true` (the set-up bench/README.md recommends for one lock at a time): every command borrows a pooled connection and is written and read on the caller's goroutine, with no hand-off to rueidis' pipeline writer and reader goroutines; section 1 only",
+			new: func(c implConfig) (impl, error) {
+				c.setup = setupSequential
+				return newCoordhost(c, coordhostPlain)
+			},
 		},
 		{
 			name:       "coordhost fencing",
@@ -173,14 +186,33 @@ type coordhostImpl struct {
 // newClient is a default rueidis client, wrapped to count commands when
 // c.count is set.
 func newClient(c implConfig) (client, inner rueidis.Client, err error) {
-	inner, err = rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+	inner, err = rueidis.NewClient(clientOption(c))
 	if err != nil {
 		return nil, nil, err
 	}
+	client = wrapClient(c, inner)
 	if c.count != nil {
-		return countingClient{Client: inner, n: c.count}, inner, nil
+		return countingClient{Client: client, n: c.count}, inner, nil
 	}
-	return inner, inner, nil
+	return client, inner, nil
+}
+
+// clientOption is the rueidis client option for c: the library defaults,
+// changed by c.setup when set.
+func clientOption(c implConfig) rueidis.ClientOption {
+	opt := rueidis.ClientOption{InitAddress: []string{c.addr}}
+	if c.setup.opt != nil {
+		c.setup.opt(&opt)
+	}
+	return opt
+}
+
+// wrapClient applies c.setup.wrap, if any, to a new client.
+func wrapClient(c implConfig, client rueidis.Client) rueidis.Client {
+	if c.setup.wrap != nil {
+		return c.setup.wrap(client)
+	}
+	return client
 }
 
 func newCoordhost(c implConfig, mode coordhostMode) (impl, error) {
@@ -390,15 +422,16 @@ var errRawNotAcquired = errors.New("raw: not acquired")
 
 type rawImpl struct {
 	client   rueidis.Client
+	closer   rueidis.Client // the client itself when client is a wrapper
 	scripted bool
 }
 
 func newRaw(c implConfig, scripted bool) (impl, error) {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{c.addr}})
+	client, err := rueidis.NewClient(clientOption(c))
 	if err != nil {
 		return nil, err
 	}
-	return &rawImpl{client: client, scripted: scripted}, nil
+	return &rawImpl{client: wrapClient(c, client), closer: client, scripted: scripted}, nil
 }
 
 type rawHeld struct {
@@ -443,7 +476,7 @@ func (i *rawImpl) Lock(context.Context, string, time.Duration) (held, error) {
 	return nil, errors.New("raw baseline has no waiting acquire")
 }
 
-func (i *rawImpl) Close() { i.client.Close() }
+func (i *rawImpl) Close() { i.closer.Close() }
 
 // ---- coordhost hash-field lease (section 5) ----
 

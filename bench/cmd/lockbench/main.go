@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,14 @@ type options struct {
 	pluginCalls int    // the same for the plugin row
 	policyLoads int    // Loads kept alive for the heap per Load
 	pluginBin   string // a prebuilt example plugin; "" builds it
+	// section 1's pinned 1-goroutine cells
+	pinReps int
+	pinDur  time.Duration
+	// section 7
+	setupDur   time.Duration // per cell
+	setupRows  string        // comma-separated substrings of row names; "" = all
+	setupCols  string        // comma-separated column numbers (1-based); "" = all
+	cpuprofile string
 }
 
 func main() {
@@ -64,12 +73,18 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "12356", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 6 policy consult cost (no Redis)")
+	flag.StringVar(&o.sections, "sections", "12356", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
 	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
 	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
 	flag.IntVar(&o.policyCalls, "policy-calls", 200_000, "section 6: individually timed calls per native or wasm row, split over -reps (and as many untimed ones for the allocation count)")
 	flag.IntVar(&o.pluginCalls, "plugin-calls", 20_000, "section 6: the same for the plugin row")
 	flag.IntVar(&o.policyLoads, "policy-loads", 8, "section 6: wasm Loads kept alive to measure the heap per Load and the instantiation time")
+	flag.IntVar(&o.pinReps, "pin-reps", 3, "section 1: repetitions of each 1-goroutine cell with pinned placement (0 skips them)")
+	flag.DurationVar(&o.pinDur, "pin-dur", 500*time.Millisecond, "section 1: duration of each 1-goroutine cell with pinned placement")
+	flag.DurationVar(&o.setupDur, "setup-dur", time.Second, "section 7: duration of each cell")
+	flag.StringVar(&o.setupRows, "setup-rows", "", "section 7: only these semicolon-separated rows (exact names; a trailing * matches a prefix, e.g. 'coordhost*'; bsm/redislock is the ratios' reference)")
+	flag.StringVar(&o.setupCols, "setup-cols", "", "section 7: only these comma-separated column numbers (1 = 1 goroutine, fresh, Background … 7 = 64 goroutines)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.pluginBin, "plugin-bin", "", "section 6: a prebuilt example plugin (default: go build ./plugins/examples/plugin of the main module into a temporary directory)")
 	flag.Parse()
 	o.concs = []int{1, 8, 64}
@@ -88,7 +103,7 @@ func main() {
 		prev = p
 	}
 	// Section 6 needs no Redis.
-	needRedis := strings.ContainsAny(o.sections, "1235")
+	needRedis := strings.ContainsAny(o.sections, "12357")
 	var bin7 string
 	var err error
 	if needRedis {
@@ -136,10 +151,28 @@ func main() {
 		logf("no Redis needed; GOMAXPROCS=%d", runtime.GOMAXPROCS(0))
 	}
 
-	rep := &report{opts: o, start: start, server: srv, prev: prev}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			fatalf("-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("-cpuprofile: %v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+
+	rep := &report{opts: o, start: start, server: srv, prev: prev, loadStart: loadAvg()}
 	if strings.Contains(o.sections, "1") {
 		srv.mustDo("FLUSHALL")
-		rep.throughput = sectionThroughput(srv, o)
+		rep.throughput, rep.pinned = sectionThroughput(srv, o)
+	}
+	if strings.Contains(o.sections, "7") {
+		srv.mustDo("FLUSHALL")
+		rep.setups, rep.setupRows = sectionSetups(srv, o)
 	}
 	if strings.Contains(o.sections, "2") {
 		srv.mustDo("FLUSHALL")
@@ -175,6 +208,7 @@ func main() {
 		rep.policy = sectionPolicy(o)
 	}
 	rep.elapsed = time.Since(start)
+	rep.loadEnd = loadAvg()
 	stopAll()
 	cleanup = nil
 
@@ -194,7 +228,21 @@ type tpKey struct {
 	conc int
 }
 
-func sectionThroughput(srv *server, o options) map[tpKey]*tpResult {
+// pinKey identifies one pinned 1-goroutine cell of section 1.
+type pinKey struct {
+	kind  string
+	place placement
+}
+
+// pinWarm is the warm-up of a pinned cell: enough for the threads to have
+// moved to their CPUs; the instances are warm already.
+const pinWarm = 100 * time.Millisecond
+
+// pinKinds are the rows section 1 also measures at 1 goroutine with pinned
+// placements.
+var pinKinds = []string{"coordhost", "coordhost (sequential set-up)", "bsm/redislock", "raw rueidis"}
+
+func sectionThroughput(srv *server, o options) (map[tpKey]*tpResult, map[pinKey]*tpResult) {
 	ks := kinds()
 	res := map[tpKey]*tpResult{}
 	insts := make([]impl, len(ks))
@@ -232,8 +280,64 @@ func sectionThroughput(srv *server, o options) map[tpKey]*tpResult {
 				if s.err != nil && t.first == nil {
 					t.first = s.err
 				}
-				logf("1 rep %d/%d conc %2d %-24s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
+				logf("1 rep %d/%d conc %2d %-30s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
 					r+1, o.reps, conc, k.name, s.rate, s.serverCPU, s.clientCPU, s.errs)
+			}
+		}
+	}
+	return res, sectionPinned(srv, o, ks, insts)
+}
+
+// sectionPinned runs pinKinds at 1 goroutine with the program and Redis on
+// one CPU, then on two, on the instances section 1 used (so with the same
+// history: a default rueidis client has had concurrent use).
+func sectionPinned(srv *server, o options, ks []kind, insts []impl) map[pinKey]*tpResult {
+	if o.pinReps < 1 {
+		return nil
+	}
+	if err := pinnable(); err != nil {
+		logf("1: pinned cells skipped: %v", err)
+		return nil
+	}
+	var idx []int
+	for _, name := range pinKinds {
+		for i, k := range ks {
+			if k.name == name {
+				idx = append(idx, i)
+			}
+		}
+	}
+	res := map[pinKey]*tpResult{}
+	pid := srv.cmd.Process.Pid
+	defer func() {
+		if err := place(placeFree, pid); err != nil {
+			fatalf("placement: %v", err)
+		}
+	}()
+	for r := range o.pinReps {
+		for _, pl := range []placement{placeSame, placeSplit} {
+			if err := place(pl, pid); err != nil {
+				fatalf("placement %v: %v", pl, err)
+			}
+			for j := range idx {
+				i := idx[(j+r)%len(idx)]
+				k := ks[i]
+				s := runThroughput(srv, insts[i], k.name, 1, pinWarm, o.pinDur)
+				key := pinKey{k.name, pl}
+				t := res[key]
+				if t == nil {
+					t = &tpResult{}
+					res[key] = t
+				}
+				t.rates = append(t.rates, s.rate)
+				t.serverCPU = append(t.serverCPU, s.serverCPU)
+				t.clientCPU = append(t.clientCPU, s.clientCPU)
+				t.errs += s.errs
+				if s.err != nil && t.first == nil {
+					t.first = s.err
+				}
+				logf("1 pinned rep %d/%d %-10s %-30s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
+					r+1, o.pinReps, pl, k.name, s.rate, s.serverCPU, s.clientCPU, s.errs)
 			}
 		}
 	}

@@ -21,6 +21,7 @@ type report struct {
 	server  *server
 
 	throughput map[tpKey]*tpResult
+	pinned     map[pinKey]*tpResult // section 1, 1 goroutine, pinned placements
 	handoff    map[hoKey]*hoResult
 	crash      map[crKey]*crashResult
 
@@ -28,6 +29,11 @@ type report struct {
 	lease   map[hoKey]*hoResult // section 5
 	prev    *prevResults        // -prev
 	policy  *policyResult       // section 6
+
+	setups    map[setupKey]*setupResult // section 7
+	setupRows []setupRow
+
+	loadStart, loadEnd string // /proc/loadavg at the start and the end
 }
 
 // adminCmds are the benchmark's own commands, left out of the counts.
@@ -137,7 +143,11 @@ func (r *report) markdown() string {
 	}
 	w(" |\n")
 	w("| libraries | %s |\n", depVersions())
-	w("| run time | %v |\n\n", r.elapsed.Round(time.Second))
+	w("| run time | %v |\n", r.elapsed.Round(time.Second))
+	if r.loadStart != "" {
+		w("| load average (1, 5, 15 min) | %s at the start, %s at the end (2 CPUs; other work on the machine counts too) |\n", r.loadStart, r.loadEnd)
+	}
+	w("\n")
 
 	r.targets(w)
 	if r.throughput != nil {
@@ -158,6 +168,9 @@ func (r *report) markdown() string {
 	if r.policy != nil {
 		r.sectionPolicy(w)
 	}
+	if r.setups != nil {
+		r.sectionSetups(w)
+	}
 	w("## Implementations\n\n")
 	for _, k := range append(kinds(), leaseKinds()...) {
 		w("- **%s**: %s.\n", k.name, k.note)
@@ -173,6 +186,9 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil {
+		return // e.g. section 7 alone: no targets
+	}
 	w("## Targets\n\n")
 	w("A throughput target passes only if both the ratio of the medians and the median of the same-repetition ratios meet it (the machine's load drifts; pairs measured seconds apart cancel most of it). Crash handoff: every repetition must meet it.")
 	if r.policy != nil {
@@ -200,6 +216,9 @@ func (r *report) targets(w func(string, ...any)) {
 			paired, pmed := r.pairedRatios(t.kind, t.peer, t.conc)
 			w("| %d goroutine%s: %s ≥ %.1f× %s | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
 				t.conc, plural(t.conc), t.kind, t.want, t.peer, num(c), num(p), ratio, paired, verdict(p > 0 && ratio >= t.want && pmed >= t.want))
+			if t.conc == 64 && t.peer == "redsync" {
+				r.sequentialTargets(w)
+			}
 		}
 	}
 	if r.handoff != nil {
@@ -261,6 +280,96 @@ func (r *report) pairedRatios(a, b string, conc int) (string, float64) {
 		return "–", 0
 	}
 	return fmt.Sprintf("%.2f–%.2f, median %.3f", slices.Min(q), slices.Max(q), median(q)), median(q)
+}
+
+// seqKind is the section-1 row with the client set-up recommended for
+// sequential use.
+const seqKind = "coordhost (sequential set-up)"
+
+// sequentialTargets: the 1-goroutine target of the sequential set-up,
+// unpinned (section 1's table) and with each pinned placement.
+func (r *report) sequentialTargets(w func(string, ...any)) {
+	const want = 1.0
+	c, p := r.tpMedian(seqKind, 1), r.tpMedian("bsm/redislock", 1)
+	if c == 0 || p == 0 {
+		return
+	}
+	paired, pmed := r.pairedRatios(seqKind, "bsm/redislock", 1)
+	w("| 1 goroutine: %s ≥ %.1f× bsm/redislock | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
+		seqKind, want, num(c), num(p), c/p, paired, verdict(c/p >= want && pmed >= want))
+	for _, pl := range []placement{placeSame, placeSplit} {
+		a, b := r.pinned[pinKey{seqKind, pl}], r.pinned[pinKey{"bsm/redislock", pl}]
+		if a == nil || b == nil {
+			continue
+		}
+		c, p := median(a.rates), median(b.rates)
+		paired, pmed := pairedOf(a.rates, b.rates)
+		w("| same, pinned: program and Redis on %s | medians %s vs %s cycles/s = %.3f×; same-repetition ratios %s | %s |\n",
+			map[placement]string{placeSame: "one CPU", placeSplit: "two CPUs"}[pl], num(c), num(p), c/p, paired, verdict(p > 0 && c/p >= want && pmed >= want))
+	}
+}
+
+// pairedOf is pairedRatios for two series.
+func pairedOf(a, b []float64) (string, float64) {
+	var q []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			q = append(q, a[i]/b[i])
+		}
+	}
+	if len(q) == 0 {
+		return "–", 0
+	}
+	return fmt.Sprintf("%.2f–%.2f, median %.3f", slices.Min(q), slices.Max(q), median(q)), median(q)
+}
+
+// sectionSequential is section 1's comparison of the coordhost rows'
+// client set-ups with bsm/redislock and raw rueidis, unpinned and pinned.
+func (r *report) sectionSequential(w func(string, ...any)) {
+	o := r.opts
+	w("### 1 goroutine: client set-ups against bsm/redislock and raw rueidis\n\n")
+	w("`coordhost` is on a default rueidis client (auto-pipelining), `%s` on one built with `DisableAutoPipelining: true` (see bench/README.md, \"Which rueidis client set-up\"). At 1 goroutine every cycle waits on thread wake-ups through the TCP loopback, and waking a thread on the other, idle vCPU of this VM costs far more than on the same one; left to the scheduler, the program's thread and Redis run now on one CPU, now on two, which is most of the spread of the 1-goroutine column above. So the rows are also measured with placement pinned (`sched_setaffinity` on every thread of the program and of Redis): *one CPU* = both on CPU 0, *two CPUs* = Redis on 0, the program on 1 (each: %d × %v after %v warm-up, on the instances above, rows rotating). Cells: median cycles/s [min–max]; × bsm/redislock and × raw rueidis as the ratio of the medians / the median of the same-repetition ratios.\n\n",
+		seqKind, o.pinReps, o.pinDur, pinWarm)
+	w("| implementation | 1 goroutine, unpinned | 1 goroutine, one CPU (pinned) | 1 goroutine, two CPUs (pinned) | 64 goroutines |\n|---|---:|---:|---:|---:|\n")
+	get := func(kind string, col int) []float64 {
+		switch col {
+		case 0:
+			if t := r.throughput[tpKey{kind, 1}]; t != nil {
+				return t.rates
+			}
+		case 1, 2:
+			if t := r.pinned[pinKey{kind, []placement{placeSame, placeSplit}[col-1]}]; t != nil {
+				return t.rates
+			}
+		case 3:
+			if t := r.throughput[tpKey{kind, 64}]; t != nil {
+				return t.rates
+			}
+		}
+		return nil
+	}
+	for _, kind := range pinKinds {
+		w("| %s |", kind)
+		for col := range 4 {
+			a := get(kind, col)
+			if len(a) == 0 {
+				w(" – |")
+				continue
+			}
+			cell := fmt.Sprintf("%s [%s–%s]", num(median(a)), num(slices.Min(a)), num(slices.Max(a)))
+			for _, peer := range []string{"bsm/redislock", "raw rueidis"} {
+				b := get(peer, col)
+				if peer == kind || len(b) == 0 || median(b) == 0 {
+					continue
+				}
+				_, pm := pairedOf(a, b)
+				cell += fmt.Sprintf("; × %s %.2f / %.2f", strings.TrimSuffix(peer, "/redislock"), median(a)/median(b), pm)
+			}
+			w(" %s |", cell)
+		}
+		w("\n")
+	}
+	w("\n")
 }
 
 func (r *report) tpMedian(kind string, conc int) float64 {
@@ -339,6 +448,13 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 		w("\n")
 	}
 	w("\n")
+	for _, pl := range []placement{placeSame, placeSplit} {
+		for _, kind := range pinKinds {
+			if t := r.pinned[pinKey{kind, pl}]; t != nil && t.errs > 0 {
+				errNotes = append(errNotes, fmt.Sprintf("%s, 1 goroutine pinned on %s: %d failed cycles, first: %v", kind, pl, t.errs, t.first))
+			}
+		}
+	}
 	for _, n := range errNotes {
 		w("- errors: %s\n", n)
 	}
@@ -346,6 +462,9 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 		w("No cycle failed.\n")
 	}
 	w("\n")
+	if r.pinned != nil {
+		r.sectionSequential(w)
+	}
 	if r.prev != nil {
 		r.sectionPrev(w)
 	}
