@@ -10,9 +10,9 @@
 --         -1 the generation is not current (replaced, deleted or
 --            expired): nothing written;
 --         -2 the generation is complete (count 0): nothing written.
--- Errors (nothing written): WRONGTYPE when the key holds another type or a
--- hash that is not a latch; COORDHOST_BADARG for an empty token or a ttl
--- out of range.
+-- Errors (nothing written): WRONGTYPE when the key holds another type,
+-- COORDHOST_NOTLATCH when it holds a hash that is not a latch,
+-- COORDHOST_BADARG for an empty token or a ttl out of range.
 --
 -- Minimum server: Redis 2.6. Not idempotent: never retry.
 

@@ -6,8 +6,9 @@
 -- ARGV[2]  channel; PUBLISHed after a delete (pcall)
 --
 -- Result: 1 deleted; 0 the generation is not current (nothing written).
--- Errors (nothing written): WRONGTYPE when the key holds another type or a
--- hash that is not a latch; COORDHOST_BADARG for an empty token.
+-- Errors (nothing written): WRONGTYPE when the key holds another type,
+-- COORDHOST_NOTLATCH when it holds a hash that is not a latch,
+-- COORDHOST_BADARG for an empty token.
 --
 -- Minimum server: Redis 2.6. Idempotent.
 

@@ -37,13 +37,13 @@ local function expiry_arg(i)
 end
 
 local function not_a_latch(why)
-  error({err = 'WRONGTYPE the key holds a hash that is not a coordhost latch (' .. why .. ')'})
+  error({err = 'COORDHOST_NOTLATCH the key holds a hash that is not a coordhost latch (' .. why .. ')'})
 end
 
 -- latch_state reads the latch at key: nil when the key is absent, else
 -- {gen = ..., count = ..., done = ... or false}. A key of another type
--- raises Redis' WRONGTYPE, a hash that is not a well-formed latch a
--- WRONGTYPE error of ours, both before anything is written.
+-- raises Redis' WRONGTYPE, a hash that is not a well-formed latch
+-- "COORDHOST_NOTLATCH <why>", both before anything is written.
 local function latch_state(key)
   local v = redis.call('HMGET', key, 'gen', 'count', 'done')
   if not v[1] and not v[2] then

@@ -7,8 +7,8 @@
 --         count, the last replaced generation that had completed ("" for
 --         none) and the key's PTTL (-1: no expiry). {"", "", "", -2} when
 --         the key is absent.
--- Errors: WRONGTYPE when the key holds another type or a hash that is not
--- a latch. Writes nothing.
+-- Errors: WRONGTYPE when the key holds another type, COORDHOST_NOTLATCH
+-- when it holds a hash that is not a latch. Writes nothing.
 --
 -- Minimum server: Redis 2.6. Read-only: safe to retry.
 

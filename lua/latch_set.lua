@@ -19,9 +19,10 @@
 --                    count, 0 when completed); nothing written.
 -- A reset that replaces a generation whose count is 0 records it in done;
 -- otherwise done carries over.
--- Errors (nothing written): WRONGTYPE when the key holds another type or a
--- hash that is not a latch; COORDHOST_BADARG for a bad mode, an empty
--- token, a non-canonical or too large count, a ttl out of range.
+-- Errors (nothing written): WRONGTYPE when the key holds another type,
+-- COORDHOST_NOTLATCH when it holds a hash that is not a latch,
+-- COORDHOST_BADARG for a bad mode, an empty token, a non-canonical or too
+-- large count, a ttl out of range.
 --
 -- Minimum server: Redis 4.0 (HSET with several fields). Idempotent for its
 -- token.

@@ -70,6 +70,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -408,5 +409,13 @@ func (l *Latch) explain(op string, err error) error {
 		}
 		return &base.Uncertain{Name: l.describe(), Op: op, Err: err}
 	}
+	var se *script.Error
+	if errors.As(err, &se) && se.Code == script.CodeOther && strings.HasPrefix(se.Msg, notLatch) {
+		return fmt.Errorf("%s: %w: %s", l.describe(), primitives.ErrWrongType, strings.TrimSpace(strings.TrimPrefix(se.Msg, notLatch)))
+	}
 	return handle.MapScriptErr(l.describe(), err)
 }
+
+// notLatch starts the error the scripts raise for a hash that is not a
+// latch (latch_lib.lua).
+const notLatch = "COORDHOST_NOTLATCH"
