@@ -10,7 +10,8 @@
 -- COORDHOST_NOTLATCH when it holds a hash that is not a latch,
 -- COORDHOST_BADARG for an empty token.
 --
--- Minimum server: Redis 2.6. Idempotent.
+-- Minimum server: Redis 2.6. Never retried: a retry after a lost reply
+-- would answer 0 for a delete that happened.
 
 local key = KEYS[1]
 local gen = token_arg(1, 'generation')

@@ -86,8 +86,8 @@ func TestLatchScriptsValidateBeforeWriting(t *testing.T) {
 	}
 
 	// Answers that write nothing: a count-down of a completed or another
-	// generation, a create where a latch is, a set repeated with the
-	// current token (the retry of a call whose reply was lost).
+	// generation, a create where a latch is, a delete of another
+	// generation.
 	for _, tc := range []struct {
 		name string
 		cmd  []string
@@ -97,7 +97,6 @@ func TestLatchScriptsValidateBeforeWriting(t *testing.T) {
 		{"count down other generation", down("live", "h", "1000", "ch"), "-1"},
 		{"count down missing", down("missing", "g", "1000", "ch"), "-1"},
 		{"create over a latch", set("live", "create", "t", "5", "1000", "ch"), "0 g 2"},
-		{"reset with the current token", set("live", "reset", "g", "5", "1000", "ch"), "1 2"},
 		{"delete other generation", []string{"EVAL", lua.LatchDelete, "1", "live", "h", "ch"}, "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

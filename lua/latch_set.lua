@@ -11,10 +11,7 @@
 --          wake (pcall: a missing pub/sub permission never fails the reset)
 --
 -- Result:
---   {1, count}       KEYS[1] holds generation ARGV[2]. Also when it held
---                    ARGV[2] already (this very call ran before and its
---                    reply was lost): nothing changes then, and count is
---                    the current count. So a retry is safe.
+--   {1, count}       KEYS[1] now holds generation ARGV[2] with count.
 --   {0, gen, count}  create only: a latch is there (generation gen, count
 --                    count, 0 when completed); nothing written.
 -- A reset that replaces a generation whose count is 0 records it in done;
@@ -24,8 +21,9 @@
 -- COORDHOST_BADARG for a bad mode, an empty token, a non-canonical or too
 -- large count, a ttl out of range.
 --
--- Minimum server: Redis 4.0 (HSET with several fields). Idempotent for its
--- token.
+-- Minimum server: Redis 4.0 (HSET with several fields). Not idempotent:
+-- never retry (a retry could land after another client's reset or delete
+-- and apply the generation a second time).
 
 local key = KEYS[1]
 local mode = ARGV[1]
@@ -36,9 +34,6 @@ local gen = token_arg(2, 'generation')
 local count = count_arg(3)
 local ttl = expiry_arg(4)
 local cur = latch_state(key)
-if cur and cur.gen == gen then
-  return {1, cur.count}
-end
 if cur and mode == 'create' then
   return {0, cur.gen, cur.count}
 end

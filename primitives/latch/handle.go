@@ -118,20 +118,16 @@ func (l *Latch) Count(ctx context.Context) (int64, error) {
 
 // Delete deletes the latch if this generation is still its current one,
 // and wakes its waiters (they return false); it reports whether it
-// deleted. Use it to end a latch before its TTL. A transport error is
-// retried as Options.Retry says (deleting is idempotent); an outcome that
-// stays unknown matches primitives.ErrUncertain. Other errors as for
-// CountDown. It works after Latches.Close.
+// deleted. Use it to end a latch before its TTL. Not retried: when the
+// reply is lost the error matches primitives.ErrUncertain. Other errors as
+// for CountDown. It works after Latches.Close.
 func (l *Latch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete"); err != nil {
 		return false, err
 	}
-	var n int64
-	if err := l.ls.retrying(ctx, func() (err error) {
-		n, err = deleteScript.Run(ctx, l.ls.client, []string{l.key}, []string{l.gen, l.channel}).AsInt64()
-		return deleteScript.Classify(err)
-	}); err != nil {
-		return false, l.explain("delete", err)
+	n, err := deleteScript.Run(ctx, l.ls.client, []string{l.key}, []string{l.gen, l.channel}).AsInt64()
+	if err != nil {
+		return false, l.explain("delete", deleteScript.Classify(err))
 	}
 	return n == 1, nil
 }

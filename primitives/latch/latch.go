@@ -52,11 +52,13 @@
 //
 // The count and generation live in Redis and follow its persistence and
 // failover guarantees (see package lock): a failover or restore can roll
-// back count-downs and resets. A CountDown whose reply is lost may or may
-// not have counted (the error matches primitives.ErrUncertain); it is
-// never retried, since a decrement is not idempotent. Create and Reset
-// carry their generation's token, so retrying them (Options.Retry) is safe.
-// Every script validates its arguments and the hash before writing, and
+// back count-downs and resets. A write (Create, Reset, CountDown, Delete)
+// whose reply is lost may or may not have happened: the error matches
+// primitives.ErrUncertain, and Join or Count tell what the latch holds now.
+// Writes are never retried: a decrement is not idempotent, and a create,
+// reset or delete sent again could land after another client's reset or
+// delete and take effect twice. Options.Retry retries reads only. Every
+// script validates its arguments and the hash before writing, and
 // touches one key, so latches work in Redis Cluster without hash tags.
 // The ACL a user needs: EVALSHA and EVAL with, inside, HMGET, EXISTS,
 // HSET, HINCRBY, DEL, PEXPIRE, PERSIST, PTTL and PUBLISH on the keys and
@@ -140,14 +142,15 @@ type Options struct {
 	// CountDown): 0 means DefaultTTL, NoExpiry means never; otherwise
 	// whole milliseconds (rounded up) from 1ms to MaxTTL.
 	TTL time.Duration
-	// Retry decides how calls retry after a transient error (a lost
-	// connection or reply): Create, Reset, Join, Count and Delete, and a
-	// waiter's re-reads. The policy sees Reason policies.ReasonError only,
-	// with Attempt and Elapsed counting the current run of failures; a
-	// GiveUp returns the last error. It never bounds how long Wait waits
-	// for the count (use ctx), and CountDown is never retried. Nil means
-	// no retries, except that a waiter keeps re-reading through errors, at
-	// most every primitives.DefaultPollInterval, until ctx ends.
+	// Retry decides how reads retry after a transient error (a lost
+	// connection or reply): Join, Count and a waiter's re-reads. The
+	// policy sees Reason policies.ReasonError only, with Attempt and
+	// Elapsed counting the current run of failures; a GiveUp returns the
+	// last error. It never bounds how long Wait waits for the count (use
+	// ctx). Writes (Create, Reset, CountDown, Delete) are never retried
+	// (see "What the guarantees rest on"). Nil means no retries, except
+	// that a waiter keeps re-reading through errors, at most every
+	// primitives.DefaultPollInterval, until ctx ends.
 	Retry policies.RetryPolicy
 	// Waiter is the waiting machinery Wait sleeps on: give every primitive
 	// on a client the same one (primitives.NewWaiter). Nil means a private
@@ -254,10 +257,10 @@ func (ls *Latches) isClosed() bool {
 // primitives.ErrInvalidKey (empty key, or one in the reserved namespace),
 // primitives.ErrInvalidOptions (nil ctx or receiver), primitives.ErrClosed,
 // ctx.Err(), primitives.ErrWrongType (the key holds something that is not
-// a latch). A transport error is retried as Options.Retry says (safe: the
-// retry carries the same generation); if the outcome stays unknown the
-// error matches primitives.ErrUncertain, and the latch may exist with a
-// generation no handle holds (Join finds it).
+// a latch). A transport error, or ctx ending while the script is in
+// flight, leaves the outcome unknown: the error matches
+// primitives.ErrUncertain, and the latch may exist with a generation no
+// handle holds (Join finds it). It is not retried.
 func (ls *Latches) Create(ctx context.Context, key string, count int64) (*Latch, error) {
 	return ls.set(ctx, "create", key, count)
 }
@@ -278,12 +281,8 @@ func (ls *Latches) set(ctx context.Context, mode, key string, count int64) (*Lat
 	if err != nil {
 		return nil, err
 	}
-	var vals []rueidis.RedisMessage
-	err = ls.retrying(ctx, func() (err error) {
-		vals, err = setScript.Run(ctx, ls.client, []string{l.key}, []string{mode, l.gen, strconv.FormatInt(count, 10), ls.ttlMs, l.channel}).ToArray()
-		return setScript.Classify(err)
-	})
-	if err != nil {
+	vals, err := setScript.Run(ctx, ls.client, []string{l.key}, []string{mode, l.gen, strconv.FormatInt(count, 10), ls.ttlMs, l.channel}).ToArray()
+	if err = setScript.Classify(err); err != nil {
 		return nil, l.explain(mode, err)
 	}
 	if len(vals) < 2 {

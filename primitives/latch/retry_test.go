@@ -14,10 +14,9 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// One reply lost at a time: Create and Reset retried per Options.Retry
-// carry their generation, so the retry finds its own write and succeeds
-// without applying it twice; without a policy the error says the outcome
-// is unknown; a CountDown is never retried and says so.
+// One reply lost at a time: reads are retried per Options.Retry; writes
+// never are (a retry could apply them twice), and their errors say the
+// outcome is unknown.
 func TestLostRepliesAndRetries(t *testing.T) {
 	s := redistest.Start(t)
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -39,40 +38,34 @@ func TestLostRepliesAndRetries(t *testing.T) {
 		if _, err := w.Count(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := w.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
 		return p, ls
 	}
 	retry := latch.Options{Retry: builtin.Constant{Delay: 10 * time.Millisecond, GiveUpAfter: 5 * time.Second}}
 
-	t.Run("create retried", func(t *testing.T) {
+	t.Run("join and count retried", func(t *testing.T) {
 		p, ls := setup(t, retry)
-		p.DropReplies(1)
-		l, err := ls.Create(ctx, "c1", 3)
+		l, err := ls.Create(ctx, "j", 3)
 		if err != nil {
-			t.Fatalf("Create with a lost reply and a retry policy: %v", err)
-		}
-		if p.Stats().DroppedReplies != 1 {
-			t.Fatalf("dropped %d replies", p.Stats().DroppedReplies)
-		}
-		if g := s.MustCmd(t, "HGET", "c1", "gen"); g != l.Generation() {
-			t.Fatalf("hash holds generation %q, handle %q", g, l.Generation())
-		}
-	})
-	t.Run("reset retried", func(t *testing.T) {
-		p, ls := setup(t, retry)
-		if _, err := ls.Create(ctx, "r1", 2); err != nil {
 			t.Fatal(err)
 		}
 		p.DropReplies(1)
-		l, err := ls.Reset(ctx, "r1", 5)
-		if err != nil {
-			t.Fatalf("Reset with a lost reply and a retry policy: %v", err)
+		j, err := ls.Join(ctx, "j")
+		if err != nil || j.Generation() != l.Generation() {
+			t.Fatalf("Join with a lost reply and a retry policy: %v", err)
 		}
-		if g, n := s.MustCmd(t, "HGET", "r1", "gen"), s.MustCmd(t, "HGET", "r1", "count"); g != l.Generation() || n != "5" {
-			t.Fatalf("hash holds %q count %s, handle %q", g, n, l.Generation())
+		p.DropReplies(1)
+		if n, err := l.Count(ctx); n != 3 || err != nil {
+			t.Fatalf("Count with a lost reply and a retry policy: %d, %v", n, err)
+		}
+		if d := p.Stats().DroppedReplies; d != 2 {
+			t.Fatalf("dropped %d replies", d)
 		}
 	})
 	t.Run("create not retried", func(t *testing.T) {
-		p, ls := setup(t, latch.Options{})
+		p, ls := setup(t, retry)
 		p.DropReplies(1)
 		_, err := ls.Create(ctx, "c2", 3)
 		if !errors.Is(err, primitives.ErrUncertain) {
@@ -117,6 +110,20 @@ func TestLostRepliesAndRetries(t *testing.T) {
 		p.DropRepliesFor(300 * time.Millisecond)
 		s.MustCmd(t, "HSET", "w", "count", "0")
 		mustReturn(t, ch, true, 5*time.Second)
+	})
+	t.Run("delete not retried", func(t *testing.T) {
+		p, ls := setup(t, retry)
+		l, err := ls.Create(ctx, "del", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.DropReplies(1)
+		if _, err := l.Delete(ctx); !errors.Is(err, primitives.ErrUncertain) {
+			t.Fatalf("Delete with a lost reply: %v", err)
+		}
+		if n := s.MustCmd(t, "EXISTS", "del"); n != "0" {
+			t.Fatal("the Delete whose reply was lost did not run")
+		}
 	})
 	t.Run("retry policy gives up", func(t *testing.T) {
 		p, ls := setup(t, latch.Options{Retry: builtin.Constant{Delay: 10 * time.Millisecond, GiveUpAfter: 200 * time.Millisecond}})
