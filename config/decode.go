@@ -29,6 +29,9 @@ type pendingRef struct {
 	ref  *PolicyRef
 	slot string // argument name: "retry", "partition"
 	lock string
+	// block is the type of the block that holds the reference; "" means
+	// "lock".
+	block string
 }
 
 var (
@@ -47,6 +50,7 @@ var (
 			{Type: "server"},
 			{Type: "policy", LabelNames: []string{"kind", "name"}},
 			{Type: "lock", LabelNames: []string{"name"}},
+			{Type: "latch", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -86,6 +90,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	}
 	d.cfg.policies = map[policyKey]*Policy{}
 	d.cfg.locks = map[string]*Lock{}
+	d.cfg.latches = map[string]*Latch{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -107,6 +112,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodePolicy(b)
 		case "lock":
 			d.decodeLock(b)
+		case "latch":
+			d.decodeLatch(b)
 		}
 	}
 	d.resolveRefs()
