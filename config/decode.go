@@ -26,9 +26,10 @@ type decoder struct {
 // pendingRef is a lock's policy reference, resolved once every policy is
 // known (a lock may come before the policies it names).
 type pendingRef struct {
-	ref  *PolicyRef
-	slot string // argument name: "retry", "partition"
-	lock string
+	ref   *PolicyRef
+	slot  string // argument name: "retry", "partition"
+	lock  string
+	block string // the kind of block that holds it; "" means "lock"
 }
 
 var (
@@ -47,6 +48,7 @@ var (
 			{Type: "server"},
 			{Type: "policy", LabelNames: []string{"kind", "name"}},
 			{Type: "lock", LabelNames: []string{"name"}},
+			{Type: "rwlock", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -86,6 +88,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	}
 	d.cfg.policies = map[policyKey]*Policy{}
 	d.cfg.locks = map[string]*Lock{}
+	d.cfg.rwlocks = map[string]*RWLock{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -107,6 +110,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodePolicy(b)
 		case "lock":
 			d.decodeLock(b)
+		case "rwlock":
+			d.decodeRWLock(b)
 		}
 	}
 	d.resolveRefs()

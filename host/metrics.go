@@ -35,6 +35,8 @@ type metrics struct {
 	renewals *prometheus.CounterVec   // lock, outcome
 	lost     *prometheus.CounterVec   // lock, reason
 
+	rwlock *rwlockMetrics // named rwlocks (rwlockmetrics.go)
+
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
 	runtime []prometheus.Collector
@@ -110,6 +112,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "coordhost_lock_lost_total",
 			Help: "Granted named locks whose handle found ownership gone before releasing it (at most once per grant), by lock and reason (renew_refused, renew_uncertain, verify, expired, release_not_owned, release_absent).",
 		}, []string{"lock", "reason"}),
+		rwlock: newRWLockMetrics(),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -137,8 +140,8 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}
+	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, m.rwlock.collectors()...)
 }
 
 // unregister removes the collectors this Host registered, so the registry
