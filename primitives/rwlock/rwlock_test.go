@@ -31,9 +31,10 @@ type fleet struct {
 // target is a running server (or cluster): a shared client, a way to make
 // more clients, and a way to run a command on the server(s).
 type target struct {
-	c      rueidis.Client
-	client func(t testing.TB, opts ...func(*rueidis.ClientOption)) rueidis.Client
-	cmd    func(args ...string) string
+	cluster bool
+	c       rueidis.Client
+	client  func(t testing.TB, opts ...func(*rueidis.ClientOption)) rueidis.Client
+	cmd     func(args ...string) string
 }
 
 func standalone(k redistest.Kind) fleet {
@@ -47,7 +48,7 @@ func cluster() fleet {
 	return fleet{name: "cluster", start: func(t *testing.T) *target {
 		c := redistest.StartCluster(t, 3)
 		cl := c.Client(t)
-		return &target{c: cl, client: c.Client, cmd: func(args ...string) string {
+		return &target{cluster: true, c: cl, client: c.Client, cmd: func(args ...string) string {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			v, err := cl.Do(ctx, cl.B().Arbitrary(args...).Build()).ToAny()
@@ -150,6 +151,8 @@ var behaviours = []behaviour{
 	{"policy sees the contention", testPolicyInputs},
 	{"a granted writer restarts the others' wait", testGrantResetsArrival},
 	{"a crashed writer holds readers off for its marker TTL", testCrashedWriter},
+	{"waiters sleep until a deadline or a notification", testNoBlindPolling},
+	{"binary-safe keys", testBinaryKeys},
 }
 
 func testLifecycle(t *testing.T, tg *target) {

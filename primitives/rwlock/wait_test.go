@@ -404,3 +404,89 @@ func testCrashedWriter(t *testing.T, tg *target) {
 	rl.Release(ctx)
 	r.Release(ctx)
 }
+
+// scriptCalls is the number of EVALSHA and EVAL calls the server has run.
+func scriptCalls(t *testing.T, cmd func(...string) string) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(cmd("INFO", "commandstats"), "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			i := strings.Index(line, "calls=")
+			j := strings.IndexByte(line[i:], ',')
+			k, _ := strconv.Atoi(line[i+6 : i+j])
+			n += k
+		}
+	}
+	return n
+}
+
+// A writer waiting on a reader that never releases, and a reader held off
+// by that writer, wake at the deadlines the server reported and on
+// notifications, not on a poll: with a retry policy that sets no bound of
+// its own (the default backoff would add its own re-attempts, capped at
+// 1s), a handful of attempts over the reader's 600ms lease, and the writer
+// is granted at its end.
+func testNoBlindPolling(t *testing.T, tg *target) {
+	if tg.cluster {
+		t.Skip("INFO commandstats is per node")
+	}
+	ctx := xtest.Ctx(t, 20*time.Second)
+	wakeOnly := policies.RetryFunc(func(context.Context, policies.RetryRequest) policies.RetryDecision {
+		return policies.RetryDecision{} // wait for a wake-up or the deadline
+	})
+	holder := newLocker(t, tg.c, rwlock.Options{})
+	o := bounded(0)
+	o.Retry = wakeOnly
+	writer := newLocker(t, tg.client(t), o)
+	reader := newLocker(t, tg.client(t), rwlock.Options{Retry: wakeOnly})
+	mustRead(t, ctx, holder, "poll", 600*time.Millisecond)
+	before := scriptCalls(t, tg.cmd)
+	w := goAcquire(func() (*rwlock.Lease, error) { return writer.AcquireWrite(ctx, "poll", time.Minute) })
+	waitEntries(t, tg.cmd, "poll", 1)
+	r := goAcquire(func() (*rwlock.Lease, error) { return reader.AcquireRead(ctx, "poll", time.Minute) })
+	wl, err := w.wait(t, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := scriptCalls(t, tg.cmd) - before - 1 // INFO's own count is not a script; the grant is
+	t.Logf("writer granted after %v; %d script calls by the two waiters meanwhile", w.took, calls)
+	if w.took < 500*time.Millisecond {
+		t.Fatalf("the writer was granted after %v, before the reader's lease ran out", w.took)
+	}
+	if calls > 10 {
+		t.Fatalf("%d script calls while two waiters waited ~600ms: they poll", calls)
+	}
+	wl.Release(ctx)
+	rl, err := r.wait(t, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl.Release(ctx)
+}
+
+// Keys are binary-safe: any bytes, a hash tag or not.
+func testBinaryKeys(t *testing.T, tg *target) {
+	ctx := xtest.Ctx(t, 20*time.Second)
+	l := newLocker(t, tg.c, rwlock.Options{Prefix: "\x00p\xff:"})
+	for _, key := range []string{"bin\x00\xff\r\n key", "{tag\x00}\xfe"} {
+		r, err := l.TryAcquireRead(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("%q: %v", key, err)
+		}
+		if r.Key() != "\x00p\xff:"+key {
+			t.Fatalf("key %q", r.Key())
+		}
+		if ms := members(tg.cmd, r.Key()); len(ms) != 1 || ms[0] != "r:"+r.Token() {
+			t.Fatalf("members of %q: %q", r.Key(), ms)
+		}
+		if _, err := l.TryAcquireWrite(ctx, key, time.Second); !errors.Is(err, primitives.ErrNotAcquired) {
+			t.Fatalf("%q: writer: %v", key, err)
+		}
+		r.Release(ctx)
+		w, err := l.AcquireWrite(ctx, key, time.Minute)
+		if err != nil {
+			t.Fatalf("%q: writer: %v", key, err)
+		}
+		w.Release(ctx)
+	}
+}
