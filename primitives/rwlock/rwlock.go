@@ -3,7 +3,7 @@
 // lease, with a starvation policy that bounds how long a waiting writer
 // lets new readers in.
 //
-// One Redis key per lock: a sorted set of owner tokens ("r:<token>" for a
+// One Redis key per lock holds its owners: a sorted set of owner tokens ("r:<token>" for a
 // reader, "w:<token>" for the writer), each scored by its deadline in server
 // time. Every acquisition prunes the members whose deadline has passed in
 // the same script, so an expired reader never blocks anyone and one
@@ -43,7 +43,9 @@
 // it waits (every attempt, and at least every MarkerTTL/3), and removes it
 // when it is granted or gives up (its context ends, the retry policy gives
 // up, the Locker closes). A writer that crashes while waiting holds readers
-// off for at most MarkerTTL after its last refresh.
+// off for at most MarkerTTL after its last refresh. Writers of one process
+// waiting for one key take turns (see Waiting): only the oldest has an
+// entry, and the next one's wait, for the bound, starts when its turn comes.
 //
 // TryAcquireRead respects waiting writers; TryAcquireWrite registers
 // nothing and never waits.
