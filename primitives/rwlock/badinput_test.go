@@ -173,3 +173,49 @@ func TestZeroLease(t *testing.T) {
 		}
 	}
 }
+
+// An acquisition whose reply does not come (the server stands still) fails
+// with an error matching primitives.ErrUncertain, and its grant, made once
+// the server resumes, is released by the settling cleanups: nothing stays
+// held by no handle.
+func TestUncertainAcquireIsSettled(t *testing.T) {
+	s := redistest.Start(t)
+	l := newLocker(t, s.Client(t), rwlock.Options{})
+	rwlock.EnableGrantLog(l) // to see that the grant did happen
+	for _, mode := range []rwlock.Mode{rwlock.Read, rwlock.Write} {
+		t.Run(mode.String(), func(t *testing.T) {
+			try := l.TryAcquireRead
+			if mode == rwlock.Write {
+				try = l.TryAcquireWrite
+			}
+			// Load the script, so that the stalled EVALSHA runs on resume.
+			ctx := xtest.Ctx(t, 5*time.Second)
+			if warm, err := try(ctx, "warm", time.Minute); err != nil {
+				t.Fatal(err)
+			} else {
+				warm.Release(ctx)
+			}
+			s.Pause()
+			resumed := make(chan struct{})
+			go func() { // while the cleanup waits for the server
+				time.Sleep(300 * time.Millisecond)
+				s.Resume()
+				close(resumed)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			got, err := try(ctx, "uncertain-"+mode.String(), time.Minute)
+			cancel()
+			<-resumed
+			if !errors.Is(err, primitives.ErrUncertain) || got != nil {
+				t.Fatalf("acquire on a paused server: %v, %v; want an error matching ErrUncertain", got, err)
+			}
+			rwlock.WaitCleanups(l)
+			xtest.Eventually(t, 5*time.Second, "the uncertain grant released", func() bool {
+				return s.MustCmd(t, "EXISTS", "uncertain-"+mode.String()) == "0"
+			})
+			if n := s.MustCmd(t, "LLEN", "__coordhost:rw-grants:{uncertain-"+mode.String()+"}"); n != "1" {
+				t.Fatalf("grant log length %s: the acquisition was not granted after all, so nothing was settled", n)
+			}
+		})
+	}
+}

@@ -4,9 +4,7 @@ import (
 	"strings"
 
 	"github.com/coordhost/coordhost/lua"
-	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/script"
-	"github.com/coordhost/coordhost/primitives/internal/wait"
 )
 
 // EnableGrantLog makes every grant append its member ("r:<token>" or
@@ -24,19 +22,5 @@ func BreakReaders(l *Locker) {
 	l.reads = script.New("rwlock_acquire_read_broken", strings.Replace(lua.RWLockAcquireRead, check, "if false then", 1))
 }
 
-// SetClock makes l's local estimates (and its private Waiter's timers)
-// read clk; call it right after New.
-func SetClock(l *Locker, clk clock.Clock) {
-	l.clk = clk
-	if l.ownsEngine {
-		l.engine.Close()
-		l.engine = wait.New(l.client, wait.Options{Clock: clk})
-	}
-}
-
-// PendingCleanups reports whether background cleanups may still run.
+// WaitCleanups waits for the background cleanups of uncertain attempts.
 func WaitCleanups(l *Locker) { l.cleanups.wg.Wait() }
-
-// LateGrantWindow is the delay of the second cleanup after an uncertain
-// attempt on the shared client.
-const LateGrantWindow = lateGrantWindow
