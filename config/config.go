@@ -71,6 +71,15 @@
 //	  partition = policy.partition.NAME   # optional reference
 //	}
 //
+//	rwlock "NAME" {               # read-write leases (see RWLock)
+//	  ttl        = "30s"          # required, at least 1ms
+//	  prefix     = "coordhost:rwlock:"     # default DefaultRWLockPrefix
+//	  marker_ttl = "2s"           # a waiting writer's entry lease, at least 30ms
+//	  starvation = policy.starvation.NAME  # optional; none: reader preference
+//	  retry      = policy.retry.NAME
+//	  partition  = policy.partition.NAME
+//	}
+//
 // Durations are strings in time.ParseDuration syntax ("10ms", "1m30s").
 // Policy references are traversals written literally (policy.retry.fast,
 // not a string or an expression), also inside dynamic content. "dynamic"
@@ -137,11 +146,15 @@ type Config struct {
 	Locks []*Lock
 	// Latches are the declared countdown latches, in declaration order.
 	Latches []*Latch
+	// RWLocks are the declared named read-write leases, in declaration
+	// order.
+	RWLocks []*RWLock
 
 	files    map[string]*hcl.File
 	policies map[policyKey]*Policy
 	locks    map[string]*Lock
 	latches  map[string]*Latch
+	rwlocks  map[string]*RWLock
 }
 
 type policyKey struct {

@@ -25,6 +25,7 @@ type generation struct {
 	policies map[string]*loadedPolicy // "kind.name"
 	locks    map[string]*namedLock
 	latches  map[string]*namedLatch
+	rwlocks  map[string]*namedRWLock
 	waiter   *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
 	mu       sync.Mutex
@@ -36,7 +37,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -83,6 +84,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
 		}
 		g.latches[lc.Name] = l
+	}
+	for _, rc := range cfg.RWLocks {
+		l, err := g.newRWLock(h, rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
+		}
+		g.rwlocks[rc.Name] = l
 	}
 	return g, nil
 }
@@ -172,6 +180,9 @@ func (g *generation) closeLockers() {
 		l.prim.Close()
 	}
 	for _, l := range g.latches {
+		l.prim.Close()
+	}
+	for _, l := range g.rwlocks {
 		l.prim.Close()
 	}
 	if g.waiter != nil {

@@ -39,6 +39,17 @@ var (
 	LatchDelete    = args + latchLib + latchDelete
 )
 
+// Read-write lease scripts (primitives/rwlock); rwlock_lib.lua holds the
+// helpers they share.
+var (
+	RWLockAcquireRead  = args + rwlockLib + rwlockAcquireRead
+	RWLockAcquireWrite = args + rwlockLib + rwlockAcquireWrite
+	RWLockRelease      = rwlockRelease
+	RWLockRenew        = args + rwlockLib + rwlockRenew
+	RWLockOwner        = args + rwlockLib + rwlockOwner
+	RWLockLeave        = args + rwlockLib + rwlockLeave
+)
+
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
 // (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
 const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
@@ -70,4 +81,18 @@ var (
 	latchRead string
 	//go:embed latch_delete.lua
 	latchDelete string
+	//go:embed rwlock_lib.lua
+	rwlockLib string
+	//go:embed rwlock_acquire_read.lua
+	rwlockAcquireRead string
+	//go:embed rwlock_acquire_write.lua
+	rwlockAcquireWrite string
+	//go:embed rwlock_release.lua
+	rwlockRelease string
+	//go:embed rwlock_renew.lua
+	rwlockRenew string
+	//go:embed rwlock_owner.lua
+	rwlockOwner string
+	//go:embed rwlock_leave.lua
+	rwlockLeave string
 )
