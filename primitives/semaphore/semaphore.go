@@ -224,8 +224,9 @@ func New(client rueidis.Client, opts Options) (*Semaphores, error) {
 // still retrying (see Permit.Close) are cancelled, not waited out: each
 // makes one last attempt, bounded by DefaultCloseWait, and if that fails
 // too it is reported to OnAbandon with reason "closed". Close returns once
-// every such goroutine has ended, so it takes at most about
-// DefaultCloseWait. It closes idle fenced connections and the private
+// every such goroutine has ended, so that part takes at most about
+// DefaultCloseWait. (Closing idle connections to a server that does not
+// answer may add about a second more.) It closes idle fenced connections and the private
 // Waiter (not one given in Options.Waiter), never the client. Granted
 // permits keep working. Idempotent.
 func (s *Semaphores) Close() error {
