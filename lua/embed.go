@@ -50,6 +50,14 @@ var (
 	RWLockLeave        = args + rwlockLib + rwlockLeave
 )
 
+// Semaphore scripts (primitives/semaphore).
+var (
+	SemaphoreAcquire = args + semaphoreLib + semaphoreAcquire
+	SemaphoreRelease = args + semaphoreLib + semaphoreRelease
+	SemaphoreRenew   = args + semaphoreLib + semaphoreRenew
+	SemaphoreVerify  = semaphoreVerify
+)
+
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
 // (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
 const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
@@ -95,4 +103,14 @@ var (
 	rwlockOwner string
 	//go:embed rwlock_leave.lua
 	rwlockLeave string
+	//go:embed semaphore_lib.lua
+	semaphoreLib string
+	//go:embed semaphore_acquire.lua
+	semaphoreAcquire string
+	//go:embed semaphore_release.lua
+	semaphoreRelease string
+	//go:embed semaphore_renew.lua
+	semaphoreRenew string
+	//go:embed semaphore_verify.lua
+	semaphoreVerify string
 )
