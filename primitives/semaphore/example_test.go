@@ -27,24 +27,28 @@ func Example() {
 	defer sems.Close()
 
 	ctx := context.Background()
-	a, err := sems.Acquire(ctx, "batch", 2, 30*time.Second)
+	a, err := sems.Acquire(ctx, "batch:42", 2, 30*time.Second)
 	if err != nil {
 		panic(err)
 	}
-	b, err := sems.TryAcquire(ctx, "batch", 2, semaphore.NoExpiry)
+	b, err := sems.TryAcquire(ctx, "batch:42", 2, semaphore.NoExpiry) // until released
 	if err != nil {
 		panic(err)
 	}
-	_, err = sems.TryAcquire(ctx, "batch", 2, time.Second)
-	fmt.Println("full:", errors.Is(err, primitives.ErrNotAcquired))
-	_, err = sems.TryAcquire(ctx, "batch", 3, time.Second)
-	fmt.Println("capacity mismatch:", errors.Is(err, semaphore.ErrCapacityMismatch))
+	_, err = sems.TryAcquire(ctx, "batch:42", 2, time.Second)
+	fmt.Println("third worker refused:", errors.Is(err, primitives.ErrNotAcquired))
+	_, err = sems.TryAcquire(ctx, "batch:42", 5, time.Second)
+	fmt.Println("other capacity refused:", errors.Is(err, semaphore.ErrCapacityMismatch))
 
+	// Stop the work when a.Done() closes; renew to keep the permit longer.
+	ok, err := a.Renew(ctx, time.Minute)
+	fmt.Println("renewed:", ok, err)
 	fmt.Println(a.Release(ctx))
 	fmt.Println(b.Release(ctx))
 	// Output:
-	// full: true
-	// capacity mismatch: true
+	// third worker refused: true
+	// other capacity refused: true
+	// renewed: true <nil>
 	// Released <nil>
 	// Released <nil>
 }
