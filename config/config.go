@@ -80,6 +80,14 @@
 //	  partition  = policy.partition.NAME
 //	}
 //
+//	semaphore "NAME" {            # a counting semaphore (see Semaphore)
+//	  capacity  = 10              # required, 1 to 1000000000 permits live at once
+//	  ttl       = "30s"           # required: a permit's lease; "none": until released
+//	  prefix    = "coordhost:semaphore:"  # default DefaultSemaphorePrefix
+//	  retry     = policy.retry.NAME       # optional reference
+//	  partition = policy.partition.NAME   # optional reference
+//	}
+//
 // Durations are strings in time.ParseDuration syntax ("10ms", "1m30s").
 // Policy references are traversals written literally (policy.retry.fast,
 // not a string or an expression), also inside dynamic content. "dynamic"
@@ -149,12 +157,15 @@ type Config struct {
 	// RWLocks are the declared named read-write leases, in declaration
 	// order.
 	RWLocks []*RWLock
+	// Semaphores are the declared named semaphores, in declaration order.
+	Semaphores []*Semaphore
 
-	files    map[string]*hcl.File
-	policies map[policyKey]*Policy
-	locks    map[string]*Lock
-	latches  map[string]*Latch
-	rwlocks  map[string]*RWLock
+	files      map[string]*hcl.File
+	policies   map[policyKey]*Policy
+	locks      map[string]*Lock
+	latches    map[string]*Latch
+	rwlocks    map[string]*RWLock
+	semaphores map[string]*Semaphore
 }
 
 type policyKey struct {

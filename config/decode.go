@@ -50,6 +50,7 @@ var (
 			{Type: "lock", LabelNames: []string{"name"}},
 			{Type: "latch", LabelNames: []string{"name"}},
 			{Type: "rwlock", LabelNames: []string{"name"}},
+			{Type: "semaphore", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -91,6 +92,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	d.cfg.locks = map[string]*Lock{}
 	d.cfg.latches = map[string]*Latch{}
 	d.cfg.rwlocks = map[string]*RWLock{}
+	d.cfg.semaphores = map[string]*Semaphore{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -116,6 +118,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeLatch(b)
 		case "rwlock":
 			d.decodeRWLock(b)
+		case "semaphore":
+			d.decodeSemaphore(b)
 		}
 	}
 	d.resolveRefs()

@@ -159,6 +159,9 @@ type Options struct {
 	// for every cleanup that gives up; the host counts these in a
 	// Prometheus counter labelled with stage and reason. It must not block.
 	OnAbandon func(Abandon)
+	// Observer, if not nil, is told about every acquisition and about the
+	// renewals, releases and losses of the permits granted (see Observer).
+	Observer Observer
 }
 
 // Semaphores acquires permits of semaphores on one client. Safe for
@@ -174,6 +177,7 @@ type Semaphores struct {
 	fences *fence.Pool
 	log    *slog.Logger
 	abandn func(Abandon)
+	obs    Observer
 	clk    clock.Clock // local estimates; the system clock but in tests
 
 	bgMu      sync.Mutex
@@ -202,6 +206,7 @@ func New(client rueidis.Client, opts Options) (*Semaphores, error) {
 		fences: fence.NewPool(client),
 		log:    opts.Logger,
 		abandn: opts.OnAbandon,
+		obs:    opts.Observer,
 		clk:    clock.Real,
 		limits: cleanupLimits{wait: DefaultCloseWait, total: DefaultCleanupFor, maxBackoff: DefaultCleanupMaxBackoff, base: 50 * time.Millisecond},
 	}
@@ -269,14 +274,27 @@ func (s *Semaphores) TryAcquire(ctx context.Context, key string, capacity int, t
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	p, out, err := s.attempt(ctx, wait.Conn{}, req)
+	if err == nil && p == nil {
+		err = fmt.Errorf("%w: semaphore %q is full (%d of %d permits live%s)", primitives.ErrNotAcquired, req.key, out.live, req.capacity, out.describeWait())
+	}
+	return s.observe(ctx, req, false, start, p, err)
+}
+
+// observe reports one acquisition to the Observer, if any, and returns
+// its result.
+func (s *Semaphores) observe(ctx context.Context, req *request, waits bool, start time.Time, p *Permit, err error) (*Permit, error) {
 	if err != nil {
-		return nil, err
+		p = nil
 	}
-	if p == nil {
-		return nil, fmt.Errorf("%w: semaphore %q is full (%d of %d permits live%s)", primitives.ErrNotAcquired, req.key, out.live, req.capacity, out.describeWait())
+	if s.obs != nil {
+		if p != nil {
+			p.h.Observe(reporter{o: s.obs, p: p}, s.clk.Now())
+		}
+		s.obs.ObserveAcquire(req.key, handle.AcquireOutcomeOf(ctx, waits, err), time.Since(start), err)
 	}
-	return p, nil
+	return p, err
 }
 
 // Acquire takes a permit like TryAcquire, waiting while the semaphore is
@@ -297,7 +315,7 @@ func (s *Semaphores) Acquire(ctx context.Context, key string, capacity int, ttl 
 		p, out, err := s.attempt(ctx, c, req)
 		return p, out.wait, err
 	}, func() { req.token = rand.Text() })
-	return got, wait.Final(ctx, req.name(), start, err)
+	return s.observe(ctx, req, true, start, got, wait.Final(ctx, req.name(), start, err))
 }
 
 // request is one acquisition's validated arguments.
