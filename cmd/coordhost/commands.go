@@ -106,7 +106,7 @@ even if CMD exited 0); 2 for usage errors; 126 if CMD could not be started;
 		},
 		{
 			name:    "rwlock hold",
-			args:    "[-read|-write] [flags] -config FILE NAME -- CMD [ARGS...]",
+			args:    "[flags] -config FILE NAME -- CMD [ARGS...]",
 			summary: "run CMD while holding a read or write lease of the rwlock NAME",
 			about: `Like lock hold, for the read-write lock NAME: takes a read lease (-read,
 shared with other readers) or the write lease (-write, the default), waiting
