@@ -4,9 +4,8 @@
 #     -var plugin_sha256=$(sha256sum bin/coordhost-example-plugin | cut -d' ' -f1)
 #
 # It expects the example policies to be built first: the WebAssembly modules
-# plugins/examples/wasm/gobackoff/gobackoff.wasm and gostarve/gostarve.wasm
-# (scripts/build-wasm.sh; both are committed) and
-# the plugin binary bin/coordhost-example-plugin (the Makefile's plugin
+# plugins/examples/wasm/{gobackoff,gostarve}/*.wasm (scripts/build-wasm.sh)
+# and the plugin binary bin/coordhost-example-plugin (the Makefile's plugin
 # target). Paths are relative to this file's directory, path.config.
 
 variable "redis_addresses" {
