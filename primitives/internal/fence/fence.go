@@ -24,8 +24,11 @@ import (
 // It wraps base.ErrNoPermission.
 var ErrNoPermission = fmt.Errorf("%w: fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)", base.ErrNoPermission)
 
-// maxIdle bounds the connections a Pool keeps for reuse.
-const maxIdle = 16
+// maxIdle bounds the connections a Pool keeps, identified, for reuse;
+// beyond it a connection goes back to rueidis' pool of dedicated
+// connections, to be identified again (one CLIENT INFO) when it comes out.
+// 64 covers 64 concurrent acquirers without either.
+const maxIdle = 64
 
 // Identity names one connection on the server, as CLIENT INFO reports
 // it: enough to CLIENT KILL exactly that connection and no other.
@@ -134,7 +137,9 @@ func (p *Pool) Put(c *Conn) {
 		return
 	}
 	p.mu.Unlock()
-	c.Discard()
+	// Healthy: hand the wire back rather than close it, so that a burst
+	// above maxIdle does not dial a new connection per acquire.
+	c.cancel()
 }
 
 // Discard closes the connection instead of reusing it.
