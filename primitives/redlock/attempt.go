@@ -101,17 +101,18 @@ func (g *Group) checkTTL(ttl time.Duration) (rounded time.Duration, ms string, v
 
 // round is what one attempt found on each node, for the waiter.
 type round struct {
-	res  []nodeResult  // by node index; zero state: no answer before the decision
+	res  []nodeResult  // by node index
 	took time.Duration // from the first command sent to the decision
 }
 
 // attempt makes one acquisition with r's token: the acquire script on
-// every usable node at once, each bounded by NodeTimeout; granted once a
-// majority granted while validity is left. A failed attempt removes the
-// token from every node that granted or did not answer, each node's
-// release sent by the goroutine that sent its acquire, after it (so it can
-// never overtake it); the call waits for the releases of the nodes that
-// answered, not for the others.
+// every usable node at once, each bounded by NodeTimeout; once every node
+// answered or timed out, it is granted if a majority granted and validity
+// is left. A failed attempt removes the token from every node that
+// granted or did not answer, each node's release sent by the goroutine
+// that sent its acquire, after it (so it can never overtake it); the call
+// waits for the releases of the nodes that answered, not for those that
+// timed out (a paused node would only time out again).
 func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) {
 	if err := g.identifyNodes(ctx); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", r.name(), err)
@@ -154,21 +155,17 @@ func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) 
 			}
 		})
 	}
-	granted, open := 0, len(jobs)
-	var answered []int
-	for granted < need && granted+open >= need {
+	granted := 0
+	for range jobs {
 		res := <-results
-		open--
 		rd.res[res.n.idx] = res
-		answered = append(answered, res.n.idx)
 		if res.state == stateGranted {
 			granted++
 		}
 	}
-	late := false
-	if granted >= need && !g.clk.Now().Before(sent.Add(r.validity)) {
-		late = true // the majority came too late to leave any validity
-	}
+	// Measured after every node answered or timed out, as the validity's
+	// deadline is: a majority that came too late leaves none.
+	late := granted >= need && !g.clk.Now().Before(sent.Add(r.validity))
 	ok := granted >= need && !late
 	failed.Store(!ok)
 	close(decided)
@@ -176,8 +173,10 @@ func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) 
 	if ok {
 		return g.newLock(r, sent), rd, nil
 	}
-	for _, i := range answered {
-		<-finished[i] // the releases of the nodes that answered
+	for _, res := range rd.res {
+		if res.state != 0 && res.state != stateExcluded && res.state != stateUnknown {
+			<-finished[res.n.idx] // the release of each node that answered
+		}
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -195,15 +194,13 @@ func (g *Group) failure(r *request, rd *round, granted int) error {
 	var earliest time.Duration = -1
 	var causes []error
 	var why []string
-	for i, res := range rd.res {
+	for _, res := range rd.res {
 		switch res.state {
 		case stateHeld:
 			held++
 			if res.pttl >= 0 && (earliest < 0 || res.pttl < earliest) {
 				earliest = res.pttl
 			}
-		case 0:
-			why = append(why, g.nodes[i].name+": no answer before the attempt was decided")
 		default:
 			if res.err != nil {
 				causes = append(causes, res.err)

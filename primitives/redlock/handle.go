@@ -53,8 +53,8 @@ func (l *Lock) Done() <-chan struct{} { return l.core().Done() }
 // this token, and keeps the lock only when a majority confirms it with
 // validity left (ttl minus the time it took minus the drift allowance);
 // then the estimate becomes ttl minus the drift allowance from before the
-// renewal was sent. Nodes answer within NodeTimeout; the call returns once
-// a majority confirmed. It returns false without a round trip when the
+// renewal was sent. It waits for every node's answer, at most NodeTimeout.
+// It returns false without a round trip when the
 // validity already ran out or the lock was lost or released.
 //
 // A renewal that a majority does not confirm ends the lease: the handle
@@ -153,9 +153,10 @@ func (o lockOps) Describe() string { return fmt.Sprintf("redlock %q", o.key) }
 // allowance.
 func (o lockOps) Estimate(ttl time.Duration) time.Duration { return ttl - o.g.driftOf(ttl) }
 
-// Renew renews on every node at once; see Lock.Renew. 1 when a majority
-// confirmed in time; 0 when the answers rule a majority out (or it came
-// too late); an error when too few answered to know.
+// Renew renews on every node at once and waits for each (at most
+// NodeTimeout); see Lock.Renew. 1 when a majority confirmed in time; 0
+// when the answers rule a majority out (or it came too late); an error
+// when too few answered to know.
 func (o lockOps) Renew(ctx context.Context, _ rueidis.Client, token, ms string) (int64, error) {
 	g := o.g
 	n, _ := strconv.ParseInt(ms, 10, 64)
@@ -188,21 +189,21 @@ func (o lockOps) Renew(ctx context.Context, _ rueidis.Client, token, ms string) 
 			}
 		})
 	}
-	ok, unknown, open := 0, 0, len(g.nodes)
+	ok, unknown := 0, 0
 	var causes []string
-	for ok < need && ok+open >= need {
+	for range g.nodes {
 		a := <-results
-		open--
-		e.answered = append(e.answered, finished[a.idx])
 		switch {
 		case a.err == nil && a.v == 1:
 			ok++
 		case a.err != nil && isUncertain(a.err):
 			unknown++
 			causes = append(causes, g.nodes[a.idx].name+": "+a.err.Error())
+			continue // a node that did not answer may not answer the cleanup either
 		case a.err != nil:
 			causes = append(causes, mapNodeErr(g.nodes[a.idx], a.err).Error())
 		}
+		e.answered = append(e.answered, finished[a.idx])
 	}
 	late := ok >= need && !g.clk.Now().Before(start.Add(ttl-g.driftOf(ttl)))
 	if ok >= need && !late {
@@ -214,7 +215,7 @@ func (o lockOps) Renew(ctx context.Context, _ rueidis.Client, token, ms string) 
 	o.st.ending = e
 	o.st.mu.Unlock()
 	close(decided)
-	if !late && ok+unknown+open >= need {
+	if !late && ok+unknown >= need {
 		// A majority may have applied it: the outcome is unknown.
 		return 0, &quorumUnknown{op: "renewal", ok: ok, n: len(g.nodes), need: need, causes: causes}
 	}

@@ -7,9 +7,10 @@
 // per node: SET NX PX), each call bounded by NodeTimeout, and succeeds only
 // when a majority granted it and time is left: the validity is ttl minus
 // the time since the first command was sent minus the clock-drift
-// allowance (Drift + DriftFactor·ttl; by default 2ms + 1% of ttl). It
-// returns as soon as a majority has granted, without waiting for slow
-// nodes. A failed attempt removes its token from every node it was sent to
+// allowance (Drift + DriftFactor·ttl; by default 2ms + 1% of ttl),
+// counted once every node answered or its NodeTimeout passed (so a node
+// that hangs costs each attempt NodeTimeout, and when TryAcquire returns
+// every node that answers has settled). A failed attempt removes its token from every node it was sent to
 // (each node's cleanup follows that node's acquire on the same goroutine,
 // so it can never overtake it). A renewal must be confirmed by a majority
 // within the validity it promises; one that is not ends the lease: the
