@@ -89,9 +89,10 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.core().Verif
 // Release removes the token from every node that holds it, in parallel,
 // waiting for each at most NodeTimeout even if ctx is cancelled meanwhile
 // (a context already done sends nothing). Once a majority answered it
-// reports Released when any node deleted this token, NotOwned when a
-// majority holds another owner's, else AlreadyReleased; a node that did
-// not answer keeps the token until its expiry. When fewer than a majority
+// reports NotOwned when a majority holds another owner's token (this
+// token is still removed wherever it was left), else Released when any
+// node deleted this token, else AlreadyReleased; a node that did not
+// answer keeps the token until its expiry. When fewer than a majority
 // answered, the error matches primitives.ErrUncertain, Done closes, and
 // calling Release again retries the cleanup. Concurrent Releases of one
 // Lock go one at a time.
@@ -258,10 +259,10 @@ func (o lockOps) Release(ctx context.Context, _ rueidis.Client, token string) (i
 	switch {
 	case answered < need:
 		return 0, &quorumUnknown{op: "release", ok: answered, n: len(g.nodes), need: need, causes: causes}
+	case other >= need:
+		return -1, nil // lost to another owner (a stale token of ours on a minority is gone too)
 	case released > 0:
 		return 1, nil
-	case other >= need:
-		return -1, nil
 	}
 	return 0, nil
 }

@@ -277,7 +277,7 @@ func (g *Group) acquireOn(ctx context.Context, n *node, r *request, runID string
 	if err != nil {
 		err = acquireScript.Classify(err)
 		if isUncertain(err) {
-			return nodeResult{n: n, state: stateUnknown, err: fmt.Errorf("%s: %w", n.name, err)}
+			return nodeResult{n: n, state: stateUnknown, err: fmt.Errorf("%s: no answer within NodeTimeout (%v; it may still grant, and keep the token until it expires): %w", n.name, g.nodeTimeout, err)}
 		}
 		return nodeResult{n: n, state: stateFailed, err: mapNodeErr(n, err)}
 	}
