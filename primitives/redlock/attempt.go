@@ -214,6 +214,9 @@ func (g *Group) failure(r *request, rd *round, granted int) error {
 		if earliest >= 0 {
 			ttl = fmt.Sprintf("; the earliest expires in %v", earliest)
 		}
+		if len(why) > 0 {
+			ttl += "; " + strings.Join(why, "; ")
+		}
 		return fmt.Errorf("%w: %s is held by other owners on %d of %d nodes%s", primitives.ErrNotAcquired, r.name(), held, n, ttl)
 	}
 	return &noQuorum{msg: fmt.Sprintf("%s: granted on %d of %d nodes, %d needed (held by others on %d): %s",
