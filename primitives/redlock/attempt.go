@@ -137,6 +137,10 @@ func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) 
 		return nil, rd, g.failure(r, rd, 0)
 	}
 
+	// The node goroutines may outlive this call (a node that timed out
+	// still gets its cleanup), and a waiting Acquire changes r.token for
+	// its next attempt: they keep their own copy.
+	key, token, ms, channel := r.key, r.token, r.ms, r.channel
 	sent := g.clk.Now()
 	results := make(chan nodeResult, len(jobs))
 	decided := make(chan struct{})
@@ -147,11 +151,11 @@ func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) 
 		finished[j.n.idx] = fin
 		g.bg.goDo(func() {
 			defer close(fin)
-			res := g.acquireOn(ctx, j.n, r, j.runID)
+			res := g.acquireOn(ctx, j.n, key, token, ms, j.runID)
 			results <- res
 			<-decided
 			if failed.Load() && (res.state == stateGranted || res.state == stateUnknown) {
-				_, _ = g.releaseOn(ctx, j.n, r.key, r.token, r.channel)
+				_, _ = g.releaseOn(ctx, j.n, key, token, channel)
 			}
 		})
 	}

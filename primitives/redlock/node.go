@@ -269,10 +269,10 @@ type nodeResult struct {
 }
 
 // acquireOn runs the acquire script on n.
-func (g *Group) acquireOn(ctx context.Context, n *node, r *request, runID string) nodeResult {
+func (g *Group) acquireOn(ctx context.Context, n *node, key, token, ms, runID string) nodeResult {
 	nctx, cancel := g.nodeCtx(ctx)
 	defer cancel()
-	vals, err := acquireScript.Run(nctx, n.client, []string{r.key}, []string{r.token, r.ms, runID}).ToArray()
+	vals, err := acquireScript.Run(nctx, n.client, []string{key}, []string{token, ms, runID}).ToArray()
 	at := g.clk.Now()
 	if err != nil {
 		err = acquireScript.Classify(err)
