@@ -26,9 +26,10 @@ type decoder struct {
 // pendingRef is a lock's policy reference, resolved once every policy is
 // known (a lock may come before the policies it names).
 type pendingRef struct {
-	ref  *PolicyRef
-	slot string // argument name: "retry", "partition"
-	lock string
+	ref   *PolicyRef
+	slot  string // argument name: "retry", "partition"
+	lock  string // the block's name
+	block string // the block's type; "" means "lock"
 }
 
 var (
@@ -47,6 +48,7 @@ var (
 			{Type: "server"},
 			{Type: "policy", LabelNames: []string{"kind", "name"}},
 			{Type: "lock", LabelNames: []string{"name"}},
+			{Type: "redlock", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -107,6 +109,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodePolicy(b)
 		case "lock":
 			d.decodeLock(b)
+		case "redlock":
+			d.decodeRedlock(b)
 		}
 	}
 	d.resolveRefs()

@@ -125,11 +125,15 @@ func (d *decoder) resolveRefs() {
 	for _, pr := range d.refs {
 		ref, want := pr.ref, policies.Kind(pr.slot)
 		if ref.Kind != want {
+			block := pr.block
+			if block == "" {
+				block = "lock"
+			}
 			d.add(&hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Wrong kind of policy",
-				Detail: fmt.Sprintf("Argument %q of lock %q takes a %s policy, but %s is a %s policy.",
-					pr.slot, pr.lock, want, ref, ref.Kind),
+				Detail: fmt.Sprintf("Argument %q of %s %q takes a %s policy, but %s is a %s policy.",
+					pr.slot, block, pr.lock, want, ref, ref.Kind),
 				Subject: ref.Range.Ptr(),
 			})
 			continue
