@@ -24,6 +24,7 @@ type generation struct {
 	runtime  *wasm.Runtime
 	policies map[string]*loadedPolicy // "kind.name"
 	locks    map[string]*namedLock
+	redlocks map[string]*namedRedlock
 	waiter   *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
 	mu       sync.Mutex
@@ -35,7 +36,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, redlocks: map[string]*namedRedlock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -75,6 +76,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
 		}
 		g.locks[lc.Name] = l
+	}
+	for _, rc := range cfg.Redlocks {
+		r, err := g.newRedlock(h, rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
+		}
+		g.redlocks[rc.Name] = r
 	}
 	return g, nil
 }
@@ -162,6 +170,9 @@ func (g *generation) inflightCount() int {
 func (g *generation) closeLockers() {
 	for _, l := range g.locks {
 		l.prim.Close()
+	}
+	for _, r := range g.redlocks {
+		r.prim.Close()
 	}
 	if g.waiter != nil {
 		g.waiter.Close()

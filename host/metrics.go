@@ -35,6 +35,8 @@ type metrics struct {
 	renewals *prometheus.CounterVec   // lock, outcome
 	lost     *prometheus.CounterVec   // lock, reason
 
+	redlock *redlockMetrics // named redlocks (redlockmetrics.go)
+
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
 	runtime []prometheus.Collector
@@ -54,7 +56,8 @@ var (
 // and left in place at Close.
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
-		reg: reg,
+		reg:     reg,
+		redlock: newRedlockMetrics(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordhost_policy_calls_total",
 			Help: "Policy decisions asked for, by policy, driver, kind and outcome (ok, refused, failure, fallback).",
@@ -137,8 +140,8 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}
+	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, m.redlock.collectors()...)
 }
 
 // unregister removes the collectors this Host registered, so the registry
