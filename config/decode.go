@@ -26,10 +26,12 @@ type decoder struct {
 // pendingRef is a lock's policy reference, resolved once every policy is
 // known (a lock may come before the policies it names).
 type pendingRef struct {
-	ref   *PolicyRef
-	slot  string // argument name: "retry", "partition"
-	lock  string // the block's name
-	block string // the block's type; "" means "lock"
+	ref  *PolicyRef
+	slot string // argument name: "retry", "partition"
+	lock string
+	// block is the type of the block that holds the reference; "" means
+	// "lock".
+	block string
 }
 
 var (
@@ -48,6 +50,7 @@ var (
 			{Type: "server"},
 			{Type: "policy", LabelNames: []string{"kind", "name"}},
 			{Type: "lock", LabelNames: []string{"name"}},
+			{Type: "latch", LabelNames: []string{"name"}},
 			{Type: "redlock", LabelNames: []string{"name"}},
 		},
 	}
@@ -88,6 +91,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	}
 	d.cfg.policies = map[policyKey]*Policy{}
 	d.cfg.locks = map[string]*Lock{}
+	d.cfg.latches = map[string]*Latch{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -109,6 +113,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodePolicy(b)
 		case "lock":
 			d.decodeLock(b)
+		case "latch":
+			d.decodeLatch(b)
 		case "redlock":
 			d.decodeRedlock(b)
 		}

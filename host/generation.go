@@ -24,6 +24,7 @@ type generation struct {
 	runtime  *wasm.Runtime
 	policies map[string]*loadedPolicy // "kind.name"
 	locks    map[string]*namedLock
+	latches  map[string]*namedLatch
 	redlocks map[string]*namedRedlock
 	waiter   *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
@@ -36,7 +37,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, redlocks: map[string]*namedRedlock{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, redlocks: map[string]*namedRedlock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -76,6 +77,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
 		}
 		g.locks[lc.Name] = l
+	}
+	for _, lc := range cfg.Latches {
+		l, err := g.newLatch(h, lc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
+		}
+		g.latches[lc.Name] = l
 	}
 	for _, rc := range cfg.Redlocks {
 		r, err := g.newRedlock(h, rc)
@@ -169,6 +177,9 @@ func (g *generation) inflightCount() int {
 // ErrClosed (and a host.Lock moves them to the current generation).
 func (g *generation) closeLockers() {
 	for _, l := range g.locks {
+		l.prim.Close()
+	}
+	for _, l := range g.latches {
 		l.prim.Close()
 	}
 	for _, r := range g.redlocks {

@@ -30,6 +30,15 @@ var (
 	LeaseRelease = leaseRelease
 )
 
+// Countdown-latch scripts (primitives/latch), after args.lua and
+// latch_lib.lua.
+var (
+	LatchSet       = args + latchLib + latchSet
+	LatchCountDown = args + latchLib + latchCountDown
+	LatchRead      = args + latchLib + latchRead
+	LatchDelete    = args + latchLib + latchDelete
+)
+
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
 // (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
 const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
@@ -51,4 +60,14 @@ var (
 	leaseRenew string
 	//go:embed lease_release.lua
 	leaseRelease string
+	//go:embed latch_lib.lua
+	latchLib string
+	//go:embed latch_set.lua
+	latchSet string
+	//go:embed latch_count_down.lua
+	latchCountDown string
+	//go:embed latch_read.lua
+	latchRead string
+	//go:embed latch_delete.lua
+	latchDelete string
 )

@@ -33,6 +33,10 @@ var (
 	// ErrClosed means the primitive (not the client) has been closed.
 	ErrClosed = base.ErrClosed
 
+	// ErrLost means a renewal was refused: the lease expired, or the key
+	// was deleted or taken by another owner. The handle's Done is closed.
+	ErrLost = base.ErrLost
+
 	// ErrUncertain means the outcome of a command is unknown: its reply was
 	// lost, it timed out, or the caller's context ended after it was sent.
 	// An acquire with this error holds nothing: it was settled (released

@@ -31,7 +31,10 @@ func ExampleKeepAlive() {
 	if err != nil {
 		panic(err)
 	}
-	stop := primitives.KeepAlive(ctx, l, ttl)
+	stop, err := primitives.KeepAlive(ctx, l, ttl)
+	if err != nil {
+		panic(err)
+	}
 
 	work := time.After(5 * ttl / 2) // longer than one TTL: only renewals keep it
 	select {
@@ -40,7 +43,9 @@ func ExampleKeepAlive() {
 	case <-l.Done():
 		fmt.Println("lock lost: stop working")
 	}
-	stop()
+	if err := stop(); err != nil {
+		fmt.Println("renewals ended:", err)
+	}
 	fmt.Println(l.Release(ctx))
 	// Output:
 	// work done while holding the lock

@@ -2,6 +2,9 @@ package primitives_test
 
 import (
 	"context"
+	"errors"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -33,7 +36,10 @@ func TestKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := primitives.KeepAlive(ctx, a, ttl)
+	stop, err := primitives.KeepAlive(ctx, a, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(5 * ttl)
 	select {
 	case <-a.Done():
@@ -43,8 +49,12 @@ func TestKeepAlive(t *testing.T) {
 	if ok, err := a.Verify(ctx); !ok || err != nil {
 		t.Fatalf("Verify: %v %v", ok, err)
 	}
-	stop()
-	stop() // idempotent
+	if err := stop(); err != nil {
+		t.Errorf("stop() = %v, want nil: nothing failed", err)
+	}
+	if err := stop(); err != nil { // idempotent
+		t.Errorf("second stop() = %v", err)
+	}
 	select {
 	case <-a.Done():
 	case <-time.After(2 * ttl):
@@ -56,12 +66,57 @@ func TestKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop = primitives.KeepAlive(ctx, b, time.Second)
-	defer stop()
+	stop, err = primitives.KeepAlive(ctx, b, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.MustCmd(t, "SET", "kb", "someone-else")
 	select {
 	case <-b.Done():
 	case <-time.After(2 * time.Second):
 		t.Fatal("Done stayed open after a refused renewal")
+	}
+	if err := stop(); !errors.Is(err, primitives.ErrLost) {
+		t.Errorf("stop() after a refused renewal = %v, want ErrLost", err)
+	}
+}
+
+// Bad input fails at once, starts nothing and writes nothing.
+func TestKeepAliveBadInput(t *testing.T) {
+	s := redistest.Start(t)
+	c := s.Client(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
+	l, err := lock.New(c, lock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, err := l.TryAcquire(ctx, "ka", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl, _ := strconv.Atoi(s.MustCmd(t, "PTTL", "ka"))
+	for _, tc := range []struct {
+		name  string
+		lease primitives.Lease
+		ttl   time.Duration
+		want  error
+	}{
+		{"zero ttl", a, 0, primitives.ErrInvalidTTL},
+		{"negative ttl", a, -time.Second, primitives.ErrInvalidTTL},
+		{"below 1ms", a, 500 * time.Microsecond, primitives.ErrInvalidTTL},
+		{"above MaxTTL", a, lock.MaxTTL + time.Millisecond, primitives.ErrInvalidTTL},
+		{"max int64", a, math.MaxInt64, primitives.ErrInvalidTTL},
+		{"nil lease", nil, time.Second, primitives.ErrInvalidOptions},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stop, err := primitives.KeepAlive(ctx, tc.lease, tc.ttl)
+			if !errors.Is(err, tc.want) || stop != nil {
+				t.Fatalf("KeepAlive = %v, %v; want nil stop and %v", stop != nil, err, tc.want)
+			}
+		})
+	}
+	if got, _ := strconv.Atoi(s.MustCmd(t, "PTTL", "ka")); got > pttl || got <= 0 {
+		t.Errorf("PTTL went from %d to %d: something renewed or removed it", pttl, got)
 	}
 }

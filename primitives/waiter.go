@@ -50,7 +50,7 @@ const (
 	WaitPoll
 )
 
-// DefaultPollInterval bounds a waiter's sleep when nothing announces
+// DefaultPollInterval, 100ms, bounds a waiter's sleep when nothing announces
 // changes (WaitPoll, or while the waiting connection is being dialled).
 const DefaultPollInterval = wait.DefaultPollInterval
 

@@ -5,6 +5,7 @@
 #
 #   plugins/examples/wasm/gobackoff/gobackoff.wasm   (Go, wasip1 reactor)
 #   plugins/examples/wasm/gotenant/gotenant.wasm     (Go, wasip1 reactor)
+#   plugins/examples/wasm/gostarve/gostarve.wasm     (Go, wasip1 reactor)
 #   plugins/examples/wasm/wat/*.wasm                 (wat2wasm)
 #   policies/wasm/testdata/*.wasm                    (wat2wasm)
 #   host/testdata/*.wasm                             (wat2wasm)
@@ -38,7 +39,7 @@ if ! command -v wat2wasm >/dev/null 2>&1; then
 		{ $sudo apt-get update >/dev/null && $sudo apt-get install -y wabt >/dev/null; }
 fi
 
-go_modules=(gobackoff gotenant)
+go_modules=(gobackoff gotenant gostarve)
 wat_files=(plugins/examples/wasm/wat/*.wat policies/wasm/testdata/*.wat host/testdata/*.wat)
 
 # build DIR [GOCACHE]: writes every output under DIR, at its repository

@@ -18,6 +18,7 @@ var readmeExamples = []struct{ file, fn string }{
 	{"primitives/lease/example_test.go", "Example"},
 	{"primitives/example_test.go", "ExampleKeepAlive"},
 	{"primitives/example_test.go", "ExampleNewWaiter"},
+	{"primitives/latch/example_test.go", "Example"},
 	{"host/example_test.go", "Example"},
 }
 

@@ -13,7 +13,7 @@
 # sources list, lists and cache under .cache/apt-debian, Release signatures
 # verified with the machine's debian-archive-keyring), unpacked with dpkg -x
 # together with trixie's loader and the libraries they need, and run by a
-# wrapper that execs that loader with --library-path (DESIGN.md §8). Nothing
+# wrapper that execs that loader with --library-path. Nothing
 # from trixie or experimental is installed system-wide.
 #
 # Idempotent; a second run does no network I/O and takes well under 2 s.
@@ -296,7 +296,7 @@ install_private() {
 		cat >"$tmp/bin/$tool" <<WRAPPER
 #!/bin/sh
 # $tool from $origin, run with Debian $libsuite's own loader and libraries
-# (written by scripts/redis-servers.sh; see DESIGN.md §8).
+# (written by scripts/redis-servers.sh; see the comments at the top of scripts/redis-servers.sh).
 D="\$(cd "\$(dirname "\$0")/.." && pwd)/root"
 exec "\$D/usr/lib/$TRIPLET/$LOADER" --library-path "\$D/usr/lib/$TRIPLET" "\$D/usr/bin/$tool" "\$@"
 WRAPPER
@@ -315,7 +315,7 @@ WRAPPER
 }
 
 # The libraries each server loads (check_libs verifies the list on every
-# install). Redis 8.0's list is the one in DESIGN.md §8 plus zlib1g:
+# install). Redis 8.0's list is the design notes' list plus zlib1g:
 # trixie's libcrypto needs libz.so.1, which would otherwise come from
 # bookworm's /lib via ld.so.cache. Its libgcrypt20, liblzma5, liblz4-1 and
 # libgpg-error0 are only dlopen()ed by libsystemd for journal files, which

@@ -70,7 +70,17 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 	}
 	e.logf("acquired lock %q%s; key %q, ttl %v", cfg.name, note, l.Key(), cfg.ttl)
 	keepAlive := func(kctx context.Context) (stop func()) {
-		return primitives.KeepAlive(kctx, l, cfg.ttl)
+		// cfg.ttl was validated by the acquire; a refusal here would be a bug.
+		stopRenewing, err := primitives.KeepAlive(kctx, l, cfg.ttl)
+		if err != nil {
+			e.logf("keeping lock %q alive: %v", cfg.name, err)
+			return func() {}
+		}
+		return func() {
+			if err := stopRenewing(); err != nil {
+				e.logf("lock %q: %v", cfg.name, err)
+			}
+		}
 	}
 	return holdAndRun(ctx, l, keepAlive, buildChildCmd(path, cfg, e, token), cfg, e, sigs)
 }

@@ -202,12 +202,8 @@ func (c *Conn) Reset() { c.close(true) }
 
 func (c *Conn) close(fault bool) {
 	c.once.Do(func() {
-		close(c.done)
-		if tc, ok := c.client.(*net.TCPConn); ok && fault {
-			_ = tc.SetLinger(0)
-		}
-		c.client.Close()
-		c.server.Close()
+		// Book-keeping first: a client that sees the reset must find it
+		// in Stats.
 		c.p.mu.Lock()
 		delete(c.p.conns, c.id)
 		delete(c.p.windowed, c)
@@ -215,6 +211,12 @@ func (c *Conn) close(fault bool) {
 			c.p.stats.Resets++
 		}
 		c.p.mu.Unlock()
+		close(c.done)
+		if tc, ok := c.client.(*net.TCPConn); ok && fault {
+			_ = tc.SetLinger(0)
+		}
+		c.client.Close()
+		c.server.Close()
 	})
 }
 

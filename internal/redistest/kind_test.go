@@ -236,35 +236,7 @@ func TestEveryKindCluster(t *testing.T) {
 				t.Errorf("CLUSTER NODES knows %v, want %v", seen, want)
 			}
 
-			ctx := ctxT(t)
-			client := c.Client(t)
-			const keys = 30
-			for i := range keys {
-				key := "key:" + strconv.Itoa(i)
-				if err := client.Do(ctx, client.B().Set().Key(key).Value("v").Build()).Error(); err != nil {
-					t.Fatalf("SET %s: %v", key, err)
-				}
-			}
-			total, withKeys := 0, 0
-			c.EachNode(t, func(s *Server) {
-				n, _ := strconv.Atoi(s.MustCmd(t, "DBSIZE"))
-				total += n
-				if n > 0 {
-					withKeys++
-				}
-			})
-			if total != keys || withKeys != 3 {
-				t.Errorf("%d keys on %d nodes, want %d on 3", total, withKeys, keys)
-			}
-			owner := c.NodeForKey(t, "key:7")
-			if got := owner.MustCmd(t, "EXISTS", "key:7"); got != "1" {
-				t.Errorf("NodeForKey(key:7) = %s, which does not hold it", owner.Addr)
-			}
-			owner.Restart(t)
-			c.WaitReady(t)
-			waitFor(t, func() error {
-				return client.Do(ctx, client.B().Set().Key("key:7").Value("w").Build()).Error()
-			})
+			checkClusterServes(t, c)
 		})
 	}
 }

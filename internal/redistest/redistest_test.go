@@ -151,6 +151,14 @@ func TestStartCluster(t *testing.T) {
 	if len(c.Addrs) != 3 || len(c.Servers) != 3 {
 		t.Fatalf("%d addrs, %d servers", len(c.Addrs), len(c.Servers))
 	}
+	checkClusterServes(t, c)
+}
+
+// checkClusterServes writes keys through a cluster client and checks that
+// they spread over all three masters, that NodeForKey names the holder, and
+// that a restarted node rejoins (with its nodes.conf, without its data).
+func checkClusterServes(t *testing.T, c *Cluster) {
+	t.Helper()
 	ctx := ctxT(t)
 	client := c.Client(t)
 	const keys = 30
@@ -179,7 +187,6 @@ func TestStartCluster(t *testing.T) {
 		t.Errorf("NodeForKey(key:7) = %s, which does not hold it", owner.Addr)
 	}
 
-	// A restarted node rejoins with its nodes.conf (and lost data).
 	owner.Restart(t)
 	c.WaitReady(t)
 	waitFor(t, func() error {

@@ -108,3 +108,28 @@ func TestGoTenantExample(t *testing.T) {
 		t.Errorf("configured: %q, %v", key, err)
 	}
 }
+
+func TestGoStarveExample(t *testing.T) {
+	r := newRuntime(t, RuntimeOptions{})
+	m := load(t, r, goStarve, ModuleOptions{Name: "gostarve", Config: []byte(`{"bound_ms": 150, "crowd": 2}`)})
+	p := m.Starvation()
+	for _, c := range []struct {
+		writers int
+		want    time.Duration
+	}{{1, 150 * ms}, {2, 150 * ms}, {3, 0}} {
+		if got := p.WriterBound(context.Background(), policies.StarvationRequest{Readers: 8, Writers: c.writers, OldestWriterWait: time.Second}); got != c.want {
+			t.Errorf("%d writers: bound %v, want %v", c.writers, got, c.want)
+		}
+	}
+	reader := load(t, r, goStarve, ModuleOptions{Config: []byte(`{"bound_ms": -1}`)})
+	if got := reader.Starvation().WriterBound(context.Background(), policies.StarvationRequest{Readers: 1, Writers: 1}); got != policies.Unbounded {
+		t.Errorf("bound_ms -1: %v, want Unbounded", got)
+	}
+	if s := m.Stats(); s.Failures != 0 {
+		t.Errorf("stats %+v", s)
+	}
+	_, err := r.Load(context.Background(), readWasm(t, goStarve), ModuleOptions{Name: "bad", Config: []byte(`{"crowd": -1}`)})
+	if !errors.Is(err, ErrABI) || !strings.Contains(err.Error(), "gostarve: crowd must not be negative") {
+		t.Errorf("bad config: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ const (
 	examples    = "../../plugins/examples/wasm"
 	goBackoff   = examples + "/gobackoff/gobackoff.wasm"
 	goTenant    = examples + "/gotenant/gotenant.wasm"
+	goStarve    = examples + "/gostarve/gostarve.wasm"
 	watConstant = examples + "/wat/constant.wasm"
 )
 

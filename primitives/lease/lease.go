@@ -4,7 +4,7 @@
 // A lease is one field holding a random ownership token; renew, verify and
 // release compare the token of that field only, so an expired owner's
 // handle can never touch a replacement or a sibling field. Field expiry
-// needs Redis 7.4 or newer: on older servers every call fails with
+// needs Redis 7.4 or newer (or Valkey 9.0): on other servers every call fails with
 // ErrUnsupportedServer before anything is written.
 //
 // An acquire whose reply is lost is fenced, never replayed: it runs on a
@@ -59,7 +59,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultCloseTimeout bounds Lease.Close and the cleanup after an uncertain
+// DefaultCloseTimeout, 2s, bounds Lease.Close and the cleanup after an uncertain
 // acquire.
 const DefaultCloseTimeout = handle.CloseTimeout
 
@@ -235,14 +235,14 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 	}
 	full, err := ls.space.Key(hashKey)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lease: hash key: %w", primitives.ErrInvalidKey, err)
+		return nil, fmt.Errorf("lease: hash key: %w: %w", primitives.ErrInvalidKey, err)
 	}
 	if field == "" {
-		return nil, fmt.Errorf("%w: lease: field is empty", primitives.ErrInvalidKey)
+		return nil, fmt.Errorf("lease %q: %w: field is empty", full, primitives.ErrInvalidKey)
 	}
 	ttl, ms, err := handle.Millis(ttl)
 	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+		return nil, fmt.Errorf("lease %q field %q: %w", full, field, err)
 	}
 	if ls.isClosed() {
 		return nil, fmt.Errorf("lease %q: %w", full, primitives.ErrClosed)
@@ -269,7 +269,7 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 		return fmt.Errorf("lease: probing the server for hash-field expiry: %w", err)
 	}
 	if !has {
-		return fmt.Errorf("%w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer); the server is %s", ErrUnsupportedServer, version)
+		return fmt.Errorf("%w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer, Valkey 9.0 or newer); the server is %s", ErrUnsupportedServer, version)
 	}
 	return nil
 }
@@ -297,7 +297,7 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 		var se *script.Error
 		if errors.As(err, &se) && se.Code == script.CodeUnsupported {
 			ls.fieldExpiry.Forget()
-			return nil, 0, fmt.Errorf("%s: %w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer): %s", name, ErrUnsupportedServer, se.Msg)
+			return nil, 0, fmt.Errorf("%s: %w: hash-field leases need HPEXPIRE and HPTTL (Redis 7.4 or newer, Valkey 9.0 or newer): %s", name, ErrUnsupportedServer, se.Msg)
 		}
 		return nil, 0, mapScriptErr(name, err)
 	}

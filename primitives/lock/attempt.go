@@ -25,15 +25,15 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 	}
 	full, err := l.space.Key(key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+		return nil, fmt.Errorf("lock: %w: %w", primitives.ErrInvalidKey, err)
 	}
 	r := &request{key: full, channel: l.space.Channel("rel", key)}
 	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, fmt.Errorf("lock %q: %w", full, err)
 	}
 	if l.fence {
 		if r.fence, err = l.space.Derived("fence", key); err != nil {
-			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+			return nil, fmt.Errorf("lock: %w: %w", primitives.ErrInvalidKey, err)
 		}
 	}
 	if l.fifo {
@@ -41,7 +41,7 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration) (*r
 			r.deadlines, err = l.space.Derived("queue-deadlines", key)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+			return nil, fmt.Errorf("lock: %w: %w", primitives.ErrInvalidKey, err)
 		}
 		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
 		r.queueMs, r.waiter = "0", rand.Text()
@@ -55,11 +55,11 @@ func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string,
 	}
 	full, err := l.space.Key(leaseKey)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock: lease key: %w", primitives.ErrInvalidKey, err)
+		return nil, fmt.Errorf("lock: lease key: %w: %w", primitives.ErrInvalidKey, err)
 	}
 	counter, err := l.space.Key(counterKey)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock: counter key: %w", primitives.ErrInvalidKey, err)
+		return nil, fmt.Errorf("lock: counter key: %w: %w", primitives.ErrInvalidKey, err)
 	}
 	if full == counter {
 		return nil, fmt.Errorf("%w: lock: lease key and counter key are both %q", primitives.ErrInvalidKey, full)
@@ -69,14 +69,14 @@ func (l *Locker) prepareFenced(ctx context.Context, leaseKey, counterKey string,
 	}
 	r := &request{key: full, fence: counter, channel: l.space.Channel("rel", leaseKey)}
 	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, fmt.Errorf("lock %q: %w", full, err)
 	}
 	if l.fifo {
 		if r.queue, err = l.space.Derived("queue", leaseKey); err == nil {
 			r.deadlines, err = l.space.Derived("queue-deadlines", leaseKey)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+			return nil, fmt.Errorf("lock: %w: %w", primitives.ErrInvalidKey, err)
 		}
 		r.seq = strconv.FormatUint(l.seq.Add(1)%1024, 10)
 		r.queueMs, r.waiter = "0", rand.Text()
@@ -100,7 +100,7 @@ func (l *Locker) finish(ctx context.Context, r *request, key string) (*request, 
 	if l.grantLog {
 		var err error
 		if r.grants, err = l.space.Derived("grants", key); err != nil {
-			return nil, fmt.Errorf("%w: lock: %w", primitives.ErrInvalidKey, err)
+			return nil, fmt.Errorf("lock: %w: %w", primitives.ErrInvalidKey, err)
 		}
 	}
 	if l.isClosed() {

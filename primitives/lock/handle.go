@@ -80,9 +80,11 @@ func (l *Lock) Verify(ctx context.Context) (bool, error) { return l.core().Verif
 
 // Release deletes the lock if this handle still owns it and announces the
 // release on the key's channel (fire and forget). It returns
-// primitives.Released, primitives.AlreadyReleased (released before through
-// this handle, or expired and free) or primitives.NotOwned (another owner
-// holds it; nothing deleted). A transport error or cancellation returns an
+// primitives.Released, primitives.AlreadyReleased (the key is gone:
+// released before through this handle, expired, or deleted by someone
+// else — possibly after another owner held it meanwhile; Options.Observer
+// reports which, as LostReleaseAbsent when this handle had not released)
+// or primitives.NotOwned (another owner holds it; nothing deleted). A transport error or cancellation returns an
 // error matching primitives.ErrUncertain and closes Done; calling Release
 // again settles ownership.
 func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {

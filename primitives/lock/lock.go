@@ -83,7 +83,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DefaultCloseTimeout bounds the best-effort release of Lock.Close and the
+// DefaultCloseTimeout, 2s, bounds the best-effort release of Lock.Close and the
 // cleanup after an uncertain acquire.
 const DefaultCloseTimeout = handle.CloseTimeout
 
@@ -257,6 +257,12 @@ func (l *Locker) isClosed() bool {
 // its TTL runs out, and a fenced lock's counter shows a gap. Keep TTLs
 // short and renew (primitives.KeepAlive). Hash-field leases fence this
 // case with CLIENT KILL; locks do not, to keep the fast path one command.
+//
+// A reply that arrives is always honoured: if the command completes after
+// ctx was cancelled (rueidis does not interrupt a command already written
+// on a client with DisableAutoPipelining, only a deadline does), TryAcquire
+// returns the granted lock with a nil error. Check ctx.Err() yourself if a
+// cancelled caller must not start work.
 func (l *Locker) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	req, err := l.prepare(ctx, key, ttl)
 	if err != nil {

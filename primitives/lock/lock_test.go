@@ -667,8 +667,8 @@ func TestWaiterShared(t *testing.T) {
 		t.Fatalf("%d waiting connections for two Lockers and a Leases on one Waiter, want 1", n)
 	}
 	b.Close()
-	if err := <-errs; !errors.Is(err, primitives.ErrClosed) {
-		t.Fatalf("waiter of the closed Locker: %v", err)
+	if err := <-errs; !errors.Is(err, primitives.ErrClosed) || strings.Contains(err.Error(), "Waiter") {
+		t.Fatalf("waiter of the closed Locker: %v (want ErrClosed, not blaming the Waiter)", err)
 	}
 	if _, err := b.TryAcquire(ctx, "x", time.Second); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("closed Locker: %v", err)
@@ -678,8 +678,8 @@ func TestWaiterShared(t *testing.T) {
 	}
 	w.Close()
 	for range 2 {
-		if err := <-errs; !errors.Is(err, primitives.ErrClosed) {
-			t.Fatalf("waiter after the Waiter closed: %v", err)
+		if err := <-errs; !errors.Is(err, primitives.ErrClosed) || !strings.Contains(err.Error(), "Waiter was closed") {
+			t.Fatalf("waiter after the Waiter closed: %v (want ErrClosed naming the Waiter)", err)
 		}
 	}
 }

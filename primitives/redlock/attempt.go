@@ -111,8 +111,9 @@ type round struct {
 // is left. A failed attempt removes the token from every node that
 // granted or did not answer, each node's release sent by the goroutine
 // that sent its acquire, after it (so it can never overtake it); the call
-// waits for the releases of the nodes that answered, not for those that
-// timed out (a paused node would only time out again).
+// waits for the releases of the nodes that answered (or that the caller's
+// context cut short), not for those that hit NodeTimeout (a paused node
+// would only time out again).
 func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) {
 	if err := g.identifyNodes(ctx); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", r.name(), err)
@@ -178,8 +179,10 @@ func (g *Group) attempt(ctx context.Context, r *request) (*Lock, *round, error) 
 		return g.newLock(r, sent), rd, nil
 	}
 	for _, res := range rd.res {
-		if res.state != 0 && res.state != stateExcluded && res.state != stateUnknown {
-			<-finished[res.n.idx] // the release of each node that answered
+		if res.state != 0 && res.state != stateExcluded && (res.state != stateUnknown || res.byCaller) {
+			// The release of each node that answered, or was cut short
+			// by the caller's context rather than its NodeTimeout.
+			<-finished[res.n.idx]
 		}
 	}
 	switch {

@@ -200,7 +200,9 @@ func (o lockOps) Renew(ctx context.Context, _ rueidis.Client, token, ms string) 
 		case a.err != nil && isUncertain(a.err):
 			unknown++
 			causes = append(causes, g.nodes[a.idx].name+": "+a.err.Error())
-			continue // a node that did not answer may not answer the cleanup either
+			if ctx.Err() == nil {
+				continue // a node that timed out may not answer the cleanup either
+			}
 		case a.err != nil:
 			causes = append(causes, mapNodeErr(g.nodes[a.idx], a.err).Error())
 		}

@@ -266,6 +266,9 @@ type nodeResult struct {
 	holder string        // stateHeld: the holder's token
 	pttl   time.Duration // stateHeld: the holder's remaining TTL (<0: none)
 	err    error
+	// byCaller: stateUnknown because the caller's context ended, not the
+	// node's NodeTimeout (the node may answer its cleanup at once).
+	byCaller bool
 }
 
 // acquireOn runs the acquire script on n.
@@ -277,7 +280,7 @@ func (g *Group) acquireOn(ctx context.Context, n *node, key, token, ms, runID st
 	if err != nil {
 		err = acquireScript.Classify(err)
 		if isUncertain(err) {
-			return nodeResult{n: n, state: stateUnknown, err: fmt.Errorf("%s: no answer within NodeTimeout (%v; it may still grant, and keep the token until it expires): %w", n.name, g.nodeTimeout, err)}
+			return nodeResult{n: n, state: stateUnknown, byCaller: ctx.Err() != nil, err: fmt.Errorf("%s: no answer within NodeTimeout (%v; it may still grant, and keep the token until it expires): %w", n.name, g.nodeTimeout, err)}
 		}
 		return nodeResult{n: n, state: stateFailed, err: mapNodeErr(n, err)}
 	}

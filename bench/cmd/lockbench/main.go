@@ -267,19 +267,7 @@ func sectionThroughput(srv *server, o options) (map[tpKey]*tpResult, map[pinKey]
 				i := (j + r) % len(ks)
 				k := ks[i]
 				s := runThroughput(srv, insts[i], k.name, conc, o.warm, o.dur)
-				key := tpKey{k.name, conc}
-				t := res[key]
-				if t == nil {
-					t = &tpResult{}
-					res[key] = t
-				}
-				t.rates = append(t.rates, s.rate)
-				t.serverCPU = append(t.serverCPU, s.serverCPU)
-				t.clientCPU = append(t.clientCPU, s.clientCPU)
-				t.errs += s.errs
-				if s.err != nil && t.first == nil {
-					t.first = s.err
-				}
+				resultFor(res, tpKey{k.name, conc}).add(s)
 				logf("1 rep %d/%d conc %2d %-30s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
 					r+1, o.reps, conc, k.name, s.rate, s.serverCPU, s.clientCPU, s.errs)
 			}
@@ -323,19 +311,7 @@ func sectionPinned(srv *server, o options, ks []kind, insts []impl) map[pinKey]*
 				i := idx[(j+r)%len(idx)]
 				k := ks[i]
 				s := runThroughput(srv, insts[i], k.name, 1, pinWarm, o.pinDur)
-				key := pinKey{k.name, pl}
-				t := res[key]
-				if t == nil {
-					t = &tpResult{}
-					res[key] = t
-				}
-				t.rates = append(t.rates, s.rate)
-				t.serverCPU = append(t.serverCPU, s.serverCPU)
-				t.clientCPU = append(t.clientCPU, s.clientCPU)
-				t.errs += s.errs
-				if s.err != nil && t.first == nil {
-					t.first = s.err
-				}
+				resultFor(res, pinKey{k.name, pl}).add(s)
 				logf("1 pinned rep %d/%d %-10s %-30s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  errors %d",
 					r+1, o.pinReps, pl, k.name, s.rate, s.serverCPU, s.clientCPU, s.errs)
 			}

@@ -168,9 +168,8 @@ type setupKey struct {
 
 // setupResult is one cell over the repetitions.
 type setupResult struct {
-	rates, serverCPU, clientCPU, csw []float64
-	errs                             int64
-	first                            error
+	tpResult
+	csw []float64
 }
 
 // sectionSetups runs section 7.
@@ -193,20 +192,9 @@ func sectionSetups(srv *server, o options) (map[setupKey]*setupResult, []setupRo
 			for j := range rows {
 				row := rows[(j+r)%len(rows)]
 				s := runSetupCell(srv, row, col, o)
-				key := setupKey{row.name, ci}
-				t := res[key]
-				if t == nil {
-					t = &setupResult{}
-					res[key] = t
-				}
-				t.rates = append(t.rates, s.rate)
-				t.serverCPU = append(t.serverCPU, s.serverCPU)
-				t.clientCPU = append(t.clientCPU, s.clientCPU)
+				t := resultFor(res, setupKey{row.name, ci})
+				t.add(s.tpSample)
 				t.csw = append(t.csw, s.csw)
-				t.errs += s.errs
-				if s.err != nil && t.first == nil {
-					t.first = s.err
-				}
 				logf("7 rep %d/%d %-38s %-44s %9.0f cycles/s  cpu/cycle redis %5.1fµs self %5.1fµs  csw/cycle %.2f  errors %d",
 					r+1, o.reps, col.label(), row.name, s.rate, s.serverCPU, s.clientCPU, s.csw, s.errs)
 			}
@@ -242,7 +230,7 @@ func runSetupCell(srv *server, row setupRow, col setupCol, o options) setupSampl
 	}
 	defer im.Close()
 	if col.usedPar {
-		if s := loopCycles(nil, im, "pre:"+row.name, 8, ctxBackground, 0, 200*time.Millisecond); s.err != nil {
+		if s := loopCycles(nil, im, "bench:setup:pre:"+row.name, 8, ctxBackground, 0, 200*time.Millisecond); s.err != nil {
 			fatalf("%s: concurrent use: %v", row.name, s.err)
 		}
 	}
@@ -256,12 +244,13 @@ func runSetupCell(srv *server, row setupRow, col setupCol, o options) setupSampl
 			}
 		}()
 	}
-	return loopCycles(srv, im, row.name, col.conc, col.ctx, o.warm, o.setupDur)
+	return loopCycles(srv, im, "bench:setup:"+row.name, col.conc, col.ctx, o.warm, o.setupDur)
 }
 
-// loopCycles is runThroughput with a choice of context per call, and
+// loopCycles runs conc goroutines, each on its own key under keyPrefix,
+// looping TryLock + Release with a choice of context per call, and
 // counts this process' voluntary context switches.
-func loopCycles(srv *server, im impl, name string, conc int, mode ctxMode, warm, dur time.Duration) setupSample {
+func loopCycles(srv *server, im impl, keyPrefix string, conc int, mode ctxMode, warm, dur time.Duration) setupSample {
 	var count, errs atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var stop atomic.Bool
@@ -269,11 +258,11 @@ func loopCycles(srv *server, im impl, name string, conc int, mode ctxMode, warm,
 	fail := func(err error) {
 		errs.Add(1)
 		firstErr.CompareAndSwap(nil, &err)
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // never spin on a persistent error
 	}
 	bg := context.Background()
 	for g := range conc {
-		key := fmt.Sprintf("bench:setup:%s:%d:%d", name, conc, g)
+		key := fmt.Sprintf("%s:%d:%d", keyPrefix, conc, g)
 		wg.Go(func() {
 			for !stop.Load() {
 				ctx, cancel := bg, context.CancelFunc(func() {})

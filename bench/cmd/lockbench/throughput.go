@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -20,6 +16,27 @@ type tpResult struct {
 	clientCPU []float64 // this process' CPU µs per cycle (getrusage)
 	errs      int64
 	first     error
+}
+
+// add records one repetition's sample.
+func (t *tpResult) add(s tpSample) {
+	t.rates = append(t.rates, s.rate)
+	t.serverCPU = append(t.serverCPU, s.serverCPU)
+	t.clientCPU = append(t.clientCPU, s.clientCPU)
+	t.errs += s.errs
+	if s.err != nil && t.first == nil {
+		t.first = s.err
+	}
+}
+
+// resultFor returns m's entry for key, creating it.
+func resultFor[K comparable, R any](m map[K]*R, key K) *R {
+	r := m[key]
+	if r == nil {
+		r = new(R)
+		m[key] = r
+	}
+	return r
 }
 
 // tpSample is one measurement.
@@ -51,48 +68,5 @@ func cpuNow(srv *server) (redis, self time.Duration) {
 // the completed cycles are counted for dur.
 // srv, when set, is asked for its CPU time around the window.
 func runThroughput(srv *server, im impl, name string, conc int, warm, dur time.Duration) tpSample {
-	ctx := context.Background()
-	var count, errs atomic.Int64
-	var firstErr atomic.Pointer[error]
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	fail := func(err error) {
-		errs.Add(1)
-		firstErr.CompareAndSwap(nil, &err)
-		time.Sleep(time.Millisecond) // never spin on a persistent error
-	}
-	for g := range conc {
-		key := fmt.Sprintf("bench:tp:%s:%d:%d", name, conc, g)
-		wg.Go(func() {
-			for !stop.Load() {
-				h, err := im.TryLock(ctx, key, throughputTTL)
-				if err != nil {
-					fail(err)
-					continue
-				}
-				if err := h.Release(ctx); err != nil {
-					fail(err)
-					continue
-				}
-				count.Add(1)
-			}
-		})
-	}
-	time.Sleep(warm)
-	r0, s0 := cpuNow(srv)
-	c0, t0 := count.Load(), time.Now()
-	time.Sleep(dur)
-	c1, t1 := count.Load(), time.Now()
-	r1, s1 := cpuNow(srv)
-	stop.Store(true)
-	wg.Wait()
-	out := tpSample{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), errs: errs.Load()}
-	if n := c1 - c0; n > 0 {
-		out.serverCPU = float64((r1 - r0).Microseconds()) / float64(n)
-		out.clientCPU = float64((s1 - s0).Microseconds()) / float64(n)
-	}
-	if p := firstErr.Load(); p != nil {
-		out.err = *p
-	}
-	return out
+	return loopCycles(srv, im, "bench:tp:"+name, conc, ctxBackground, warm, dur).tpSample
 }

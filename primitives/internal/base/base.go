@@ -20,6 +20,7 @@ var (
 	ErrWrongType      = errors.New("coordhost: key holds a value of the wrong type")
 	ErrCorruptCounter = errors.New("coordhost: fencing counter is unusable")
 	ErrClosed         = errors.New("coordhost: closed")
+	ErrLost           = errors.New("coordhost: lease lost")
 	ErrUncertain      = errors.New("coordhost: outcome unknown")
 	ErrUnsupported    = errors.New("coordhost: the server lacks a feature this needs")
 	ErrNoPermission   = errors.New("coordhost: the server refused a command this needs (ACL)")

@@ -22,7 +22,7 @@ type Try[T any] func(ctx context.Context, c Conn) (*T, time.Duration, error)
 // After an attempt whose outcome is unknown (worthRetrying) it calls fresh, so
 // a grant that may still land under the old token is never taken for
 // ours. Errors come back as they are: the attempt's, or Wait's (ErrGaveUp,
-// ErrClosed, ctx.Err()) for the caller to map.
+// ErrClosed, ErrStopped, ctx.Err()) for the caller to map.
 func Acquire[T any](ctx context.Context, e *Engine, req Request, alwaysFirst bool, try Try[T], fresh func()) (*T, error) {
 	req.Start = e.clk.Now()
 	req.Attempts, req.HolderTTL = 0, -1
@@ -103,7 +103,8 @@ func Policy(p policies.RetryPolicy) (policies.RetryPolicy, error) {
 
 // Final maps the error of a waiting acquire of name (e.g. `lock "k"`) that
 // started at start to the public error: a policy's give-up matches
-// base.ErrNotAcquired, a closed engine base.ErrClosed, and the caller's
+// base.ErrNotAcquired, a closed primitive or engine base.ErrClosed (saying
+// which), and the caller's
 // context ending says how long it waited (and matches ctx.Err()). Other
 // errors come back as they are.
 func Final(ctx context.Context, name string, start time.Time, err error) error {
@@ -112,8 +113,10 @@ func Final(ctx context.Context, name string, start time.Time, err error) error {
 		return nil
 	case errors.Is(err, ErrGaveUp):
 		return fmt.Errorf("%w: %s: %w", base.ErrNotAcquired, name, err)
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrStopped):
 		return fmt.Errorf("%s: %w", name, base.ErrClosed)
+	case errors.Is(err, ErrClosed):
+		return fmt.Errorf("%s: %w: %w", name, base.ErrClosed, err)
 	case ctx.Err() != nil && err == ctx.Err():
 		// The bare context error names nothing: say what waited, how long.
 		// (An attempt's own error already names the lease.)

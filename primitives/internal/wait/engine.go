@@ -69,7 +69,10 @@ const minRetryAfter = 5 * time.Millisecond
 // Errors returned by Wait.
 var (
 	ErrGaveUp = errors.New("retry policy gave up")
-	ErrClosed = errors.New("wait engine closed")
+	// ErrClosed: the engine (the Waiter) was closed.
+	ErrClosed = errors.New("its Waiter was closed")
+	// ErrStopped: the wait's own primitive was closed (Request.Closing).
+	ErrStopped = errors.New("closed")
 )
 
 // Retryable marks an attempt error that should be retried per policy
@@ -253,16 +256,17 @@ type Request struct {
 	// MaxSleep bounds every sleep (a waiter that must refresh a queue
 	// entry); 0 means no bound of its own.
 	MaxSleep time.Duration
-	// Closing, when it closes, ends this wait with ErrClosed (the
+	// Closing, when it closes, ends this wait with ErrStopped (the
 	// primitive that asked was closed; the engine may serve others).
 	Closing <-chan struct{}
 }
 
 // Wait blocks until attempt acquires (nil), the policy gives up (ErrGaveUp),
-// ctx ends (ctx.Err()), the engine or the request's Closing closes
-// (ErrClosed) or attempt returns an error that is not *Retryable. The
-// caller's own attempt failed just before Wait; Wait re-attempts once right
-// after registering interest, so a release in between is never missed.
+// ctx ends (ctx.Err()), the engine closes (ErrClosed), the request's
+// Closing closes (ErrStopped) or attempt returns an error that is not
+// *Retryable. The caller's own attempt failed just before Wait; Wait
+// re-attempts once right after registering interest, so a release in
+// between is never missed.
 //
 // It has three steps: takeTurn (wait to be the head of the local queue),
 // then alternately attemptOnce and decide (ask the policy, then sleep).
@@ -302,11 +306,14 @@ func (e *Engine) takeTurn(ctx context.Context, req Request, q *queue, w *waiter)
 	for !w.every && !e.isHead(q, w) {
 		select {
 		case <-w.turn:
-			if e.Closed() || closed(req.Closing) {
+			if closed(req.Closing) {
+				return ErrStopped
+			}
+			if e.Closed() {
 				return ErrClosed
 			}
 		case <-req.Closing:
-			return ErrClosed
+			return ErrStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -355,7 +362,7 @@ func (e *Engine) attemptOnce(ctx context.Context, req Request, q *queue, w *wait
 	if closed(req.Closing) {
 		// Closed while this waiter woke: a select picks at random among
 		// ready cases, so a wake may win over Closing.
-		return true, ErrClosed
+		return true, ErrStopped
 	}
 	// Drain before registering and sending: a wake after this point (a
 	// release, or the connection dropping) stays buffered.
@@ -443,7 +450,7 @@ func (e *Engine) sleep(ctx context.Context, req Request, w *waiter, dec policies
 		case <-t.C():
 		case <-e.closing:
 		case <-req.Closing:
-			return ErrClosed
+			return ErrStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -472,7 +479,7 @@ func (e *Engine) sleep(ctx context.Context, req Request, w *waiter, dec policies
 	case <-w.wakec:
 	case <-timeout:
 	case <-req.Closing:
-		return ErrClosed
+		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
