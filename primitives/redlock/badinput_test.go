@@ -18,6 +18,7 @@ import (
 
 // New refuses what it can see without I/O, and sends nothing either way.
 func TestNewRefuses(t *testing.T) {
+	t.Parallel() // it starts a cluster: overlap that with the other parallel tests
 	f := startFleet(t, 5)
 	c := f.clients
 	other := redistest.Start(t).Client(t)

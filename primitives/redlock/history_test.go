@@ -36,8 +36,9 @@ func (hr historyRun) run(t *testing.T) *faulttest.Holds {
 	t.Helper()
 	var servers []*redistest.Server
 	var proxies []*faulttest.Proxy
-	for range hr.nodes {
-		servers = append(servers, redistest.Start(t))
+	kinds := redistest.Kinds()
+	for i := range hr.nodes {
+		servers = append(servers, redistest.Start(t, redistest.WithKind(kinds[i%len(kinds)])))
 		proxies = append(proxies, faulttest.New(t))
 	}
 	aged(t, servers...)

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,6 +66,14 @@ func startFleet(t *testing.T, n int, kinds ...redistest.Kind) *fleet {
 		f.clients = append(f.clients, s.Client(t))
 	}
 	return f
+}
+
+// backwards returns kinds in reverse order (Valkey first): fleets of
+// mixed kinds, so each test also meets each kind.
+func backwards(kinds []redistest.Kind) []redistest.Kind {
+	out := slices.Clone(kinds)
+	slices.Reverse(out)
+	return out
 }
 
 // keyspace describes every key of every server of f.

@@ -102,7 +102,7 @@ func TestRestartGuard(t *testing.T) {
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
 			t.Parallel()
-			f := startFleet(t, n)
+			f := startFleet(t, n, backwards(redistest.Kinds())...)
 			aged(t, f.servers...)
 			ctx := xtest.Ctx(t, 30*time.Second)
 			opts := redlock.Options{NodeTimeout: faultTimeout, MaxTTL: guardMaxTTL}
@@ -190,7 +190,7 @@ func TestRestartGuard(t *testing.T) {
 // run_id check catches it and the node sits out MaxTTL + drift from then.
 func TestRestartGuardFailover(t *testing.T) {
 	t.Parallel()
-	f := startFleet(t, 3)
+	f := startFleet(t, 3, backwards(redistest.Kinds())...)
 	standby := redistest.Start(t)
 	aged(t, append(f.servers, standby)...)
 	var target atomic.Value

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies/builtin"
 	"github.com/coordhost/coordhost/primitives"
@@ -17,7 +18,7 @@ import (
 func TestAcquireWakesOnRelease(t *testing.T) {
 	for _, mode := range []primitives.WaitMode{primitives.WaitAuto, primitives.WaitChannel} {
 		t.Run([]string{"tracking", "channel"}[mode], func(t *testing.T) {
-			f := startFleet(t, 3)
+			f := startFleet(t, 3, backwards(redistest.Kinds())...)
 			ctx := xtest.Ctx(t, 20*time.Second)
 			holderGroup := newGroup(t, f.clients, redlock.Options{})
 			waiters := make([]*primitives.Waiter, 3)
