@@ -8,17 +8,17 @@
 // when a majority granted it and time is left: the validity is ttl minus
 // the time since the first command was sent minus the clock-drift
 // allowance (Drift + DriftFactor·ttl; by default 2ms + 1% of ttl),
-// counted once every node answered or its NodeTimeout passed (so a node
+// counted once every node answered or its NodeTimeout passed. So a node
 // that hangs costs each attempt NodeTimeout, and when TryAcquire returns
-// every node that answers has settled). A failed attempt removes its token from every node it was sent to
-// (each node's cleanup follows that node's acquire on the same goroutine,
-// so it can never overtake it). A renewal must be confirmed by a majority
-// within the validity it promises; one that is not ends the lease: the
-// handle fails closed (Done closes) and only then is the token removed
-// from every node, so no node is left extended for a lease nobody holds
-// and nobody else can acquire while this handle's Done is still open.
-// Release is sent to every node at once and waits for each at most
-// NodeTimeout.
+// every node that answers has settled. A failed attempt removes its token
+// from every node it was sent to (each node's cleanup follows that node's
+// acquire on the same goroutine, so it can never overtake it). A renewal
+// must be confirmed by a majority within the validity it promises; one
+// that is not ends the lease: the handle fails closed (Done closes) and
+// only then is the token removed from every node, so no node is left
+// extended for a lease nobody holds and nobody else can acquire while this
+// handle's Done is still open. Release is sent to every node at once and
+// waits for each at most NodeTimeout.
 //
 // # Nodes: independent, identified, and guarded after a restart
 //
@@ -46,7 +46,10 @@
 // uptime reaches it), and for MaxTTL + drift after any acquisition finds
 // its run_id changed since the Group last saw it (a restart, or a
 // failover to another server behind the same address, found whenever it
-// happened; the acquire script compares run_id before it writes). Every
+// happened; the acquire script compares run_id before it writes; a
+// Group that first meets a node after a failover to a long-running
+// replica cannot tell, which is why a node should have no replicas that
+// could be promoted behind its address). Every
 // acquisition and renewal is at most MaxTTL (longer ones fail with
 // primitives.ErrInvalidTTL), so once that time has passed every grant the
 // node forgot has expired everywhere. Use the same MaxTTL (or a smaller
@@ -58,7 +61,9 @@
 // # Waiting
 //
 // Acquire consults the retry policy after every failed attempt and sleeps
-// until a majority may be free, never by blind polling. Wake sources: each
+// until a majority may be free, never by blind polling. No single node's
+// notifications can say that (a release seen on one node says nothing of
+// the others), so it counts nodes: each
 // node where another owner holds the key is watched through that node's
 // primitives.Waiter (client tracking, or the release channel the release
 // script publishes to), which also wakes at that holder's PTTL; a node
@@ -85,6 +90,11 @@
 // a command after the cleanup ran and then hold the token until its
 // expiry. A protected resource that must reject stale owners needs a
 // consensus-backed lock with fencing.
+//
+// The ACL a Group's user needs on every node: EVALSHA and EVAL, and inside
+// the scripts INFO, GET, SET, PEXPIRE, PTTL, DEL and PUBLISH, on the keys
+// and channels under Options.Prefix; INFO for the identification; GET and
+// PTTL, and SUBSCRIBE or client tracking, for waiting.
 package redlock
 
 import (
