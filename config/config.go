@@ -71,6 +71,23 @@
 //	  partition = policy.partition.NAME   # optional reference
 //	}
 //
+//	rwlock "NAME" {               # read-write leases (see RWLock)
+//	  ttl        = "30s"          # required, at least 1ms
+//	  prefix     = "coordhost:rwlock:"     # default DefaultRWLockPrefix
+//	  marker_ttl = "2s"           # a waiting writer's entry lease, at least 30ms
+//	  starvation = policy.starvation.NAME  # optional; none: reader preference
+//	  retry      = policy.retry.NAME
+//	  partition  = policy.partition.NAME
+//	}
+//
+//	semaphore "NAME" {            # a counting semaphore (see Semaphore)
+//	  capacity  = 10              # required, 1 to 1000000000 permits live at once
+//	  ttl       = "30s"           # required: a permit's lease; "none": until released
+//	  prefix    = "coordhost:semaphore:"  # default DefaultSemaphorePrefix
+//	  retry     = policy.retry.NAME       # optional reference
+//	  partition = policy.partition.NAME   # optional reference
+//	}
+//
 //	redlock "NAME" {
 //	  addresses    = ["a:6379", "b:6379", "c:6379"]  # required: an odd number >= 3 of independent servers, no two alike
 //	  ttl          = "10s"        # required; at most max_ttl, above the drift allowance and node_timeout
@@ -151,13 +168,20 @@ type Config struct {
 	Locks []*Lock
 	// Latches are the declared countdown latches, in declaration order.
 	Latches []*Latch
+	// RWLocks are the declared named read-write leases, in declaration
+	// order.
+	RWLocks []*RWLock
+	// Semaphores are the declared named semaphores, in declaration order.
+	Semaphores []*Semaphore
 	// Redlocks are the declared redlocks, in declaration order.
 	Redlocks []*Redlock
 
-	files    map[string]*hcl.File
-	policies map[policyKey]*Policy
-	locks    map[string]*Lock
-	latches  map[string]*Latch
+	files      map[string]*hcl.File
+	policies   map[policyKey]*Policy
+	locks      map[string]*Lock
+	latches    map[string]*Latch
+	rwlocks    map[string]*RWLock
+	semaphores map[string]*Semaphore
 }
 
 type policyKey struct {

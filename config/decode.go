@@ -26,12 +26,10 @@ type decoder struct {
 // pendingRef is a lock's policy reference, resolved once every policy is
 // known (a lock may come before the policies it names).
 type pendingRef struct {
-	ref  *PolicyRef
-	slot string // argument name: "retry", "partition"
-	lock string
-	// block is the type of the block that holds the reference; "" means
-	// "lock".
-	block string
+	ref   *PolicyRef
+	slot  string // argument name: "retry", "partition"
+	lock  string
+	block string // the kind of block that holds it; "" means "lock"
 }
 
 var (
@@ -51,6 +49,8 @@ var (
 			{Type: "policy", LabelNames: []string{"kind", "name"}},
 			{Type: "lock", LabelNames: []string{"name"}},
 			{Type: "latch", LabelNames: []string{"name"}},
+			{Type: "rwlock", LabelNames: []string{"name"}},
+			{Type: "semaphore", LabelNames: []string{"name"}},
 			{Type: "redlock", LabelNames: []string{"name"}},
 		},
 	}
@@ -92,6 +92,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	d.cfg.policies = map[policyKey]*Policy{}
 	d.cfg.locks = map[string]*Lock{}
 	d.cfg.latches = map[string]*Latch{}
+	d.cfg.rwlocks = map[string]*RWLock{}
+	d.cfg.semaphores = map[string]*Semaphore{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -115,6 +117,10 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeLock(b)
 		case "latch":
 			d.decodeLatch(b)
+		case "rwlock":
+			d.decodeRWLock(b)
+		case "semaphore":
+			d.decodeSemaphore(b)
 		case "redlock":
 			d.decodeRedlock(b)
 		}

@@ -22,6 +22,7 @@ const (
 	exampleFile   = "../examples/coordhost.hcl"
 	brokenFile    = "../examples/broken.hcl"
 	exampleWasm   = "../plugins/examples/wasm/gobackoff/gobackoff.wasm"
+	exampleStarve = "../plugins/examples/wasm/gostarve/gostarve.wasm"
 	examplePlugin = "../bin/coordhost-example-plugin"
 )
 
@@ -53,6 +54,7 @@ func TestExampleFile(t *testing.T) {
 	root := t.TempDir()
 	copyOrStub(t, exampleFile, filepath.Join(root, "examples/coordhost.hcl"), "", 0o644)
 	copyOrStub(t, exampleWasm, filepath.Join(root, "plugins/examples/wasm/gobackoff/gobackoff.wasm"), wasmStub, 0o644)
+	copyOrStub(t, exampleStarve, filepath.Join(root, "plugins/examples/wasm/gostarve/gostarve.wasm"), wasmStub, 0o644)
 	plugin := copyOrStub(t, examplePlugin, filepath.Join(root, "bin/coordhost-example-plugin"), plugScript, 0o755)
 
 	path := filepath.Join(root, "examples/coordhost.hcl")
@@ -87,6 +89,10 @@ func TestExampleFile(t *testing.T) {
 				Config: []byte(`{"tenant_prefix":"tenant:"}`), CallTimeout: 100 * time.Millisecond, HealthInterval: 5 * time.Second}},
 			{Kind: policies.KindStarvation, Name: "writers_first", Driver: DriverBuiltin, Builtin: &BuiltinPolicy{
 				Bound: 500 * time.Millisecond}},
+			{Kind: policies.KindStarvation, Name: "writers_wasm", Driver: DriverWasm, Wasm: &WasmPolicy{
+				Module:      filepath.Join(root, "plugins/examples/wasm/gostarve/gostarve.wasm"),
+				MemoryPages: 64, CallTimeout: 50 * time.Millisecond,
+				Config: []byte(`{"bound_ms":300,"crowd":4}`)}},
 		},
 		Locks: []*Lock{
 			{Name: "invoice", TTL: 30 * time.Second, Fencing: true, Prefix: DefaultLockPrefix,
@@ -94,6 +100,11 @@ func TestExampleFile(t *testing.T) {
 			{Name: "report", TTL: 2 * time.Minute, FIFO: true, Prefix: "reports:",
 				Retry:     &PolicyRef{Kind: policies.KindRetry, Name: "gobackoff"},
 				Partition: &PolicyRef{Kind: policies.KindPartition, Name: "per_tenant"}},
+		},
+		RWLocks: []*RWLock{
+			{Name: "report_cache", TTL: 5 * time.Second, Prefix: DefaultRWLockPrefix, MarkerTTL: 2 * time.Second,
+				Starvation: &PolicyRef{Kind: policies.KindStarvation, Name: "writers_wasm"},
+				Retry:      &PolicyRef{Kind: policies.KindRetry, Name: "fast"}},
 		},
 	}
 	if diff := cmp.Diff(want, cfg, cmpOpts...); diff != "" {
@@ -119,6 +130,10 @@ func TestExampleFileInPlace(t *testing.T) {
 		t.Logf("not checked in place: %s missing (%v)", exampleWasm, err)
 		wantLines = append(wantLines, 47)
 	}
+	if _, err := os.Stat(exampleStarve); err != nil {
+		t.Logf("not checked in place: %s missing (%v)", exampleStarve, err)
+		wantLines = append(wantLines, 80)
+	}
 	if b, err := os.ReadFile(examplePlugin); err != nil {
 		t.Logf("not checked in place: %s missing (%v)", examplePlugin, err)
 		wantLines = append(wantLines, 62)
@@ -134,8 +149,8 @@ func TestExampleFileInPlace(t *testing.T) {
 			t.Errorf("unexpected diagnostic:\n%s", render(t, cfg, diags))
 		}
 	}
-	if len(cfg.Locks) != 2 || len(cfg.Policies) != 4 {
-		t.Errorf("locks %d, policies %d; want 2 and 4", len(cfg.Locks), len(cfg.Policies))
+	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 5 {
+		t.Errorf("locks %d, rwlocks %d, policies %d; want 2, 1 and 5", len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies))
 	}
 }
 

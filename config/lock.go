@@ -124,6 +124,10 @@ func (d *decoder) policyRef(a *hcl.Attribute, lockName string) *PolicyRef {
 func (d *decoder) resolveRefs() {
 	for _, pr := range d.refs {
 		ref, want := pr.ref, policies.Kind(pr.slot)
+		block := pr.block
+		if block == "" {
+			block = "lock"
+		}
 		if ref.Kind != want {
 			block := pr.block
 			if block == "" {

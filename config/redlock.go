@@ -235,13 +235,3 @@ func normalAddress(addr string) string {
 	i := strings.LastIndex(addr, ":")
 	return strings.ToLower(addr[:i]) + addr[i:]
 }
-
-// policyRefOf is policyRef for a block of another type than lock (block,
-// e.g. "redlock"): the diagnostics about the reference name that block.
-func (d *decoder) policyRefOf(a *hcl.Attribute, block, name string) *PolicyRef {
-	ref := d.policyRef(a, name)
-	if ref != nil {
-		d.refs[len(d.refs)-1].block = block
-	}
-	return ref
-}

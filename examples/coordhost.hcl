@@ -3,9 +3,9 @@
 #   coordhost validate -config examples/coordhost.hcl \
 #     -var plugin_sha256=$(sha256sum bin/coordhost-example-plugin | cut -d' ' -f1)
 #
-# It expects the example policies to be built first: the WebAssembly module
-# plugins/examples/wasm/gobackoff/gobackoff.wasm (scripts/build-wasm.sh) and
-# the plugin binary bin/coordhost-example-plugin (the Makefile's plugin
+# It expects the example policies to be built first: the WebAssembly modules
+# plugins/examples/wasm/{gobackoff,gostarve}/*.wasm (scripts/build-wasm.sh)
+# and the plugin binary bin/coordhost-example-plugin (the Makefile's plugin
 # target). Paths are relative to this file's directory, path.config.
 
 variable "redis_addresses" {
@@ -72,6 +72,22 @@ policy "starvation" "writers_first" {
   bound  = "500ms"
 }
 
+# The same decision made in WebAssembly: once the oldest waiting writer has
+# waited bound_ms, new readers are held off (at once when more than crowd
+# writers wait).
+policy "starvation" "writers_wasm" {
+  driver = "wasm"
+  module = "${path.config}/../plugins/examples/wasm/gostarve/gostarve.wasm"
+  limits {
+    memory_pages = 64
+    call_timeout = "50ms"
+  }
+  config = {
+    bound_ms = 300
+    crowd    = 4
+  }
+}
+
 lock "invoice" {
   ttl     = "30s"
   fencing = true
@@ -84,4 +100,14 @@ lock "report" {
   prefix    = "reports:"
   retry     = policy.retry.gobackoff
   partition = policy.partition.per_tenant
+}
+
+# A read-write lease: many readers of the cached report at once, or one
+# writer rebuilding it. A writer that waits longer than writers_wasm's bound
+# holds new readers off, so a steady stream of readers cannot starve it.
+rwlock "report_cache" {
+  ttl        = "5s"
+  marker_ttl = "2s"
+  starvation = policy.starvation.writers_wasm
+  retry      = policy.retry.fast
 }

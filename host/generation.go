@@ -20,13 +20,15 @@ const selfTestTimeout = 10 * time.Second
 
 // generation is one loaded configuration: its policies and primitives.
 type generation struct {
-	cfg      *config.Config
-	runtime  *wasm.Runtime
-	policies map[string]*loadedPolicy // "kind.name"
-	locks    map[string]*namedLock
-	latches  map[string]*namedLatch
-	redlocks map[string]*namedRedlock
-	waiter   *primitives.Waiter // the one waiting connection every primitive of the generation shares
+	cfg        *config.Config
+	runtime    *wasm.Runtime
+	policies   map[string]*loadedPolicy // "kind.name"
+	locks      map[string]*namedLock
+	latches    map[string]*namedLatch
+	rwlocks    map[string]*namedRWLock
+	semaphores map[string]*namedSemaphore
+	redlocks   map[string]*namedRedlock
+	waiter     *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
 	mu       sync.Mutex
 	inflight int
@@ -37,7 +39,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, redlocks: map[string]*namedRedlock{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, redlocks: map[string]*namedRedlock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -84,6 +86,20 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
 		}
 		g.latches[lc.Name] = l
+	}
+	for _, rc := range cfg.RWLocks {
+		l, err := g.newRWLock(h, rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
+		}
+		g.rwlocks[rc.Name] = l
+	}
+	for _, sc := range cfg.Semaphores {
+		l, err := g.newSemaphore(h, sc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(sc.Range), err)
+		}
+		g.semaphores[sc.Name] = l
 	}
 	for _, rc := range cfg.Redlocks {
 		r, err := g.newRedlock(h, rc)
@@ -180,6 +196,12 @@ func (g *generation) closeLockers() {
 		l.prim.Close()
 	}
 	for _, l := range g.latches {
+		l.prim.Close()
+	}
+	for _, l := range g.rwlocks {
+		l.prim.Close()
+	}
+	for _, l := range g.semaphores {
 		l.prim.Close()
 	}
 	for _, r := range g.redlocks {

@@ -35,8 +35,10 @@ type metrics struct {
 	renewals *prometheus.CounterVec   // lock, outcome
 	lost     *prometheus.CounterVec   // lock, reason
 
-	latch   *latchMetrics   // named latches (latchmetrics.go)
-	redlock *redlockMetrics // named redlocks (redlockmetrics.go)
+	latch     *latchMetrics     // named latches (latchmetrics.go)
+	rwlock    *rwlockMetrics    // named rwlocks (rwlockmetrics.go)
+	semaphore *semaphoreMetrics // named semaphores (semaphoremetrics.go)
+	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
 
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
@@ -114,7 +116,9 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "coordhost_lock_lost_total",
 			Help: "Granted named locks whose handle found ownership gone before releasing it (at most once per grant), by lock and reason (renew_refused, renew_uncertain, verify, expired, release_not_owned, release_absent).",
 		}, []string{"lock", "reason"}),
-		latch: newLatchMetrics(),
+		latch:     newLatchMetrics(),
+		rwlock:    newRWLockMetrics(),
+		semaphore: newSemaphoreMetrics(),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -143,7 +147,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(m.latch.collectors(), m.redlock.collectors()...)...)
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.redlock.collectors()...)...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

@@ -69,7 +69,7 @@ func loadPolicy(ctx context.Context, p *config.Policy, rt *wasm.Runtime, m *metr
 			if err := w.Validate(); err != nil {
 				return nil, fmt.Errorf("policy %s: %w", name, err)
 			}
-			lp.starvation = w
+			lp.starvation = m.wrapStarvation(name, w)
 		}
 	case config.DriverWasm:
 		src, err := os.ReadFile(p.Wasm.Module)

@@ -39,6 +39,25 @@ var (
 	LatchDelete    = args + latchLib + latchDelete
 )
 
+// Read-write lease scripts (primitives/rwlock); rwlock_lib.lua holds the
+// helpers they share.
+var (
+	RWLockAcquireRead  = args + rwlockLib + rwlockAcquireRead
+	RWLockAcquireWrite = args + rwlockLib + rwlockAcquireWrite
+	RWLockRelease      = rwlockRelease
+	RWLockRenew        = args + rwlockLib + rwlockRenew
+	RWLockOwner        = args + rwlockLib + rwlockOwner
+	RWLockLeave        = args + rwlockLib + rwlockLeave
+)
+
+// Semaphore scripts (primitives/semaphore).
+var (
+	SemaphoreAcquire = args + semaphoreLib + semaphoreAcquire
+	SemaphoreRelease = args + semaphoreLib + semaphoreRelease
+	SemaphoreRenew   = args + semaphoreLib + semaphoreRenew
+	SemaphoreVerify  = semaphoreVerify
+)
+
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
 // (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
 const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
@@ -70,4 +89,28 @@ var (
 	latchRead string
 	//go:embed latch_delete.lua
 	latchDelete string
+	//go:embed rwlock_lib.lua
+	rwlockLib string
+	//go:embed rwlock_acquire_read.lua
+	rwlockAcquireRead string
+	//go:embed rwlock_acquire_write.lua
+	rwlockAcquireWrite string
+	//go:embed rwlock_release.lua
+	rwlockRelease string
+	//go:embed rwlock_renew.lua
+	rwlockRenew string
+	//go:embed rwlock_owner.lua
+	rwlockOwner string
+	//go:embed rwlock_leave.lua
+	rwlockLeave string
+	//go:embed semaphore_lib.lua
+	semaphoreLib string
+	//go:embed semaphore_acquire.lua
+	semaphoreAcquire string
+	//go:embed semaphore_release.lua
+	semaphoreRelease string
+	//go:embed semaphore_renew.lua
+	semaphoreRenew string
+	//go:embed semaphore_verify.lua
+	semaphoreVerify string
 )

@@ -2,8 +2,9 @@
 # demo.sh BIN: a tour of coordhost with examples/coordhost.hcl.
 #
 #  1. `BIN validate` checks examples/coordhost.hcl (all three policy
-#     drivers: builtin, the WebAssembly module
-#     plugins/examples/wasm/gobackoff/gobackoff.wasm and the go-plugin
+#     drivers: builtin, the WebAssembly modules
+#     plugins/examples/wasm/gobackoff/gobackoff.wasm and
+#     gostarve/gostarve.wasm, and the go-plugin
 #     binary bin/coordhost-example-plugin, pinned by its sha256).
 #  2. `BIN dev-redis` starts a private redis-server on a unix socket in a
 #     temporary directory; everything below shares it (the example's redis
@@ -16,10 +17,18 @@
 #     Then one holder of the partitioned lock "report" (-attr tenant=acme:
 #     the partition key comes from the plugin, the retry policy is the WASM
 #     module).
-#  5. SIGHUP makes serve reload the file; the demo shows the log line.
-#  6. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
+#  5. A stream of `BIN rwlock hold -read -config` readers of the example's
+#     rwlock "report_cache" (one starts every 150 ms and holds 400 ms, so
+#     one is always inside), and a `BIN rwlock hold -write` writer. Its
+#     starvation policy writers_wasm, the WebAssembly module
+#     plugins/examples/wasm/gostarve/gostarve.wasm with bound_ms 300, holds
+#     new readers off once the writer has waited 300 ms; the demo tells when
+#     each got in, and fails if the writer overlapped a reader or did not
+#     get in within 3 s.
+#  6. SIGHUP makes serve reload the file; the demo shows the log line.
+#  7. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
 #
-# Exits 0 if every step worked, non-zero otherwise. Takes a few seconds.
+# Exits 0 if every step worked, non-zero otherwise. Takes about ten seconds.
 # `make run` calls it as `bash scripts/demo.sh bin/coordhost`, after
 # building the example plugin.
 set -euo pipefail
@@ -39,6 +48,7 @@ esac
 cd "$(dirname "$0")/.."
 CONFIG=examples/coordhost.hcl
 WASM=plugins/examples/wasm/gobackoff/gobackoff.wasm
+STARVE_WASM=plugins/examples/wasm/gostarve/gostarve.wasm
 PLUGIN=bin/coordhost-example-plugin
 
 fail() {
@@ -47,7 +57,9 @@ fail() {
 }
 
 [ -f "$CONFIG" ] || fail "$CONFIG is missing"
-[ -f "$WASM" ] || fail "$WASM is missing: build it with 'make wasm' (scripts/build-wasm.sh)"
+for m in "$WASM" "$STARVE_WASM"; do
+	[ -f "$m" ] || fail "$m is missing: build it with 'make wasm' (scripts/build-wasm.sh)"
+done
 [ -x "$PLUGIN" ] || fail "$PLUGIN is missing: build it with 'make plugin-example'"
 
 # The redis-server for dev mode: $COORDHOST_REDIS_SERVER if set, else the
@@ -211,7 +223,105 @@ echo "demo: lock \"report\" for tenant acme (partition key from the plugin, retr
 	fail "lock hold report failed"
 sleep 0.1
 
-echo "demo: 5. SIGHUP: serve reloads $CONFIG"
+# Step 5: a stream of overlapping readers of rwlock "report_cache", and a
+# writer. Each reader holds a read lease for READ_MS; one starts every
+# 150 ms, so one is always live and, without a starvation policy, the writer
+# would wait forever. writers_wasm (gostarve.wasm) says: once the writer has
+# waited bound_ms, hold new readers off; the readers inside finish, the
+# writer gets in, then the held-off readers.
+BOUND_MS=300 # writers_wasm's bound_ms in $CONFIG
+READ_MS=400  # how long each reader holds its lease (sleep 0.4)
+RW_EVENTS=$TMP/rw-events
+RW_STOP=$TMP/rw-stop
+# shellcheck disable=SC2016
+READ_SECTION='echo "$(date +%s%3N) enter $R" >>"$RW_EVENTS"; sleep 0.4; echo "$(date +%s%3N) leave $R" >>"$RW_EVENTS"'
+# shellcheck disable=SC2016
+WRITE_SECTION='echo "$(date +%s%3N) enter W" >>"$RW_EVENTS"; printf "[writer]   rebuilding the report at %s\n" "$(date +%H:%M:%S.%3N)"; sleep 0.2; echo "$(date +%s%3N) leave W" >>"$RW_EVENTS"'
+
+reader() {
+	echo "$(date +%s%3N) ask R$1" >>"$RW_EVENTS"
+	R=R$1 RW_EVENTS=$RW_EVENTS "$BIN" rwlock hold -read -config "$CONFIG" "${VARS[@]}" -wait 10s report_cache -- \
+		sh -c "$READ_SECTION" 2>>"$TMP/readers.log" ||
+		echo "$(date +%s%3N) failed R$1 $?" >>"$RW_EVENTS"
+}
+
+# readers starts reader 1, 2, ... every 150 ms until $RW_STOP exists (at
+# most 40), then waits for them.
+readers() {
+	local i
+	for ((i = 1; i <= 40; i++)); do
+		[ -e "$RW_STOP" ] && break
+		reader "$i" &
+		sleep 0.15
+	done
+	wait
+}
+
+echo "demo: 5. readers and a writer share rwlock \"report_cache\"; its starvation policy writers_wasm runs $(basename "$STARVE_WASM") (bound_ms $BOUND_MS)"
+# An uncontended write first: how long coordhost takes from its start to
+# CMD (loading the file, the plugin and the WASM modules, connecting), so
+# that the writer's wait below can be told apart from its start.
+: >"$RW_EVENTS"
+echo "$(date +%s%3N) start S" >>"$RW_EVENTS"
+RW_EVENTS=$RW_EVENTS "$BIN" rwlock hold -write -config "$CONFIG" "${VARS[@]}" -wait 3s report_cache -- \
+	sh -c 'echo "$(date +%s%3N) started S" >>"$RW_EVENTS"' 2>/dev/null || fail "an uncontended write of report_cache failed"
+readers &
+READERS_PID=$!
+sleep 0.6 # a few readers are in
+echo "$(date +%s%3N) ask W" >>"$RW_EVENTS"
+writer_status=0
+RW_EVENTS=$RW_EVENTS "$BIN" rwlock hold -write -config "$CONFIG" "${VARS[@]}" -wait 3s report_cache -- \
+	sh -c "$WRITE_SECTION" 2> >(sed -u 's/^/[writer]   /') || writer_status=$?
+sleep 0.5 # the held-off readers get in, and a few more
+touch "$RW_STOP"
+wait "$READERS_PID"
+sleep 0.1 # let the stderr filter finish
+
+# The story, from the events (ms timestamps): when readers and the writer
+# asked, entered and left. Fails on an overlap, a failed reader, or a writer
+# that did not get in within 3 s.
+if ! sort -n -s -k1,1 "$RW_EVENTS" | awk -v bound="$BOUND_MS" -v hold="$READ_MS" -v slack=100 '
+	function at(t) { return sprintf("+%.2f s", (t - t0) / 1000) }
+	{ t = $1; ev = $2; who = $3; r = substr(who, 2) + 0 }
+	ev == "start" { start = t; next }
+	ev == "started" { startup = t - start; next }
+	!t0 { t0 = t }
+	ev == "ask" && who == "W" { wask = t; live_at_ask = live; next }
+	ev == "ask" { ask[r] = t; if (r > nr) nr = r; next }
+	ev == "enter" && who == "W" { went = t; if (live > 0) { bad = 1; print "demo: the writer entered while " live " reader(s) were inside" }; next }
+	ev == "leave" && who == "W" { wleft = t; next }
+	ev == "enter" { live++; enter[r] = t
+	                if (went && !wleft) { bad = 1; print "demo: reader " who " entered while the writer was inside" }
+	                next }
+	ev == "leave" { live--; next }
+	ev == "failed" { bad = 1; print "demo: reader " who " failed (exit status " $4 ")" }
+	END {
+		for (i = 1; i <= nr; i++) {
+			if (!(i in enter)) continue
+			n++
+			if (enter[i] < wask) { before++; if (!first) first = enter[i] }
+			else if (!went || enter[i] < went) letin = letin " R" i " (" at(enter[i]) ")"
+			else if (ask[i] < went) { heldoff = heldoff " R" i; if (!hoask) hoask = ask[i]; if (!hofirst || enter[i] < hofirst) hofirst = enter[i] }
+		}
+		printf "[rwlock]   coordhost takes %d ms from its start to CMD (an uncontended write, just before)\n", startup
+		printf "[rwlock]   %d readers in from %s, each holding %d ms, one starting every 150 ms; %d inside when the writer started at %s\n", before, at(first), hold, live_at_ask, at(wask)
+		if (letin != "") printf "[rwlock]   let in while the writer waited, before its bound_ms %d took effect:%s\n", bound, letin
+		if (!went) { print "demo: the writer never got in"; exit 1 }
+		waited = went - wask - startup
+		if (heldoff != "") printf "[rwlock]   held off (started from %s) until the writer left:%s\n", at(hoask), heldoff
+		else print "[rwlock]   no reader had to be held off (the writer found a gap)"
+		printf "[rwlock]   writer granted at %s: it waited about %d ms after its start (%s bound %d + reader hold %d + %d ms), and left at %s\n", at(went), waited, (waited <= bound + hold + slack ? "within" : "MORE than"), bound, hold, slack, at(wleft)
+		if (hofirst) printf "[rwlock]   held-off readers in from %s; %d readers in all, none inside with the writer\n", at(hofirst), n
+		if (went - wask > 3000) { bad = 1; print "demo: the writer got in " went - wask " ms after its start, more than 3 s" }
+		exit bad
+	}'; then
+	sed 's/^/[readers]  /' "$TMP/readers.log" >&2
+	fail "readers and the writer of report_cache overlapped, failed, or the writer did not get in"
+fi
+[ "$writer_status" -eq 0 ] || fail "the writer of report_cache failed (exit status $writer_status)"
+echo "demo: OK: the writer got in under a steady stream of readers, and never overlapped them"
+
+echo "demo: 6. SIGHUP: serve reloads $CONFIG"
 kill -HUP "$SERVE_PID"
 if ! wait_log "$SERVE_LOG" '"msg":"(configuration reloaded|reload failed)' "$SERVE_PID" 15; then
 	show_serve_log
@@ -220,7 +330,7 @@ fi
 show_serve_log
 grep -q '"msg":"configuration reloaded","generation":2' "$SERVE_LOG" || fail "the reload failed"
 
-echo "demo: 6. SIGTERM: serve shuts down"
+echo "demo: 7. SIGTERM: serve shuts down"
 kill -TERM "$SERVE_PID"
 serve_status=0
 wait "$SERVE_PID" || serve_status=$?

@@ -37,6 +37,7 @@ func TestDemoFindsInstalledRedis(t *testing.T) {
 		"scripts/demo.sh",
 		"examples/coordhost.hcl",
 		"plugins/examples/wasm/gobackoff/gobackoff.wasm",
+		"plugins/examples/wasm/gostarve/gostarve.wasm",
 		".cache/redis-env.sh",
 	} {
 		copyFile(t, filepath.Join(repo, f), filepath.Join(root, f))

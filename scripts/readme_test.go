@@ -18,6 +18,8 @@ var readmeExamples = []struct{ file, fn string }{
 	{"primitives/lease/example_test.go", "Example"},
 	{"primitives/example_test.go", "ExampleKeepAlive"},
 	{"primitives/example_test.go", "ExampleNewWaiter"},
+	{"primitives/rwlock/example_test.go", "Example"},
+	{"primitives/semaphore/example_test.go", "Example"},
 	{"primitives/latch/example_test.go", "Example"},
 	{"host/example_test.go", "Example"},
 }

@@ -416,3 +416,68 @@ func TestChildEnv(t *testing.T) {
 		t.Fatalf("childEnv with fencing = %q, want %q", got, want)
 	}
 }
+
+func TestParseRWLockHoldArgsBad(t *testing.T) {
+	cfgArgs := []string{"-config", "c.hcl"}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "no arguments", args: nil, want: "missing rwlock NAME"},
+		{name: "missing NAME before --", args: []string{"-config", "c.hcl", "--", "true"}, want: "missing rwlock NAME"},
+		{name: "missing -- and CMD", args: append(cfgArgs, "cache"), want: `missing "--" and CMD`},
+		{name: "missing CMD", args: append(cfgArgs, "cache", "--"), want: "missing CMD after --"},
+		{name: "empty NAME", args: append(cfgArgs, "", "--", "true"), want: "rwlock NAME is empty"},
+		{name: "no config", args: []string{"-read", "cache", "--", "true"}, want: "missing -config FILE: NAME is an rwlock block of it"},
+		{name: "config empty", args: []string{"-config", "", "cache", "--", "true"}, want: "-config FILE is empty"},
+		{name: "read and write", args: append(cfgArgs, "-read", "-write", "cache", "--", "true"), want: "-read and -write exclude each other"},
+		{name: "read=false alone", args: append(cfgArgs, "-read=false", "cache", "--", "true"), want: "-read=false: give -write"},
+		{name: "read with value", args: append(cfgArgs, "-read=maybe", "cache", "--", "true"), want: `-read "maybe": want true or false`},
+		// The block decides these: lock hold's flags that do not exist here.
+		{name: "ttl", args: append(cfgArgs, "-ttl", "5s", "cache", "--", "true"), want: "flag provided but not defined: -ttl"},
+		{name: "prefix", args: append(cfgArgs, "-prefix", "p:", "cache", "--", "true"), want: "flag provided but not defined: -prefix"},
+		{name: "fencing", args: append(cfgArgs, "-fencing", "cache", "--", "true"), want: "flag provided but not defined: -fencing"},
+		{name: "misspelt flag", args: append(cfgArgs, "-raed", "cache", "--", "true"), want: "(did you mean -read?)"},
+		{name: "wait negative", args: append(cfgArgs, "-wait", "-1s", "cache", "--", "true"), want: "-wait must not be negative"},
+		{name: "attr without =", args: append(cfgArgs, "-attr", "tenant", "cache", "--", "true"), want: `-attr "tenant": want KEY=VALUE`},
+		{name: "redis bad", args: append(cfgArgs, "-redis", "nohost", "cache", "--", "true"), want: "is not host:port"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseHoldArgsFor(rwlockHold, tc.args, noEnv)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("parseHoldArgsFor(rwlock, %q) error = %v, want it to contain %q", tc.args, err, tc.want)
+			}
+			te := newTestEnv(t, nil)
+			code := run(context.Background(), append([]string{"rwlock", "hold"}, tc.args...), te.env)
+			if code != exitUsage {
+				t.Fatalf("exit status %d, want %d; stderr:\n%s", code, exitUsage, te.errOut)
+			}
+			want := "coordhost: rwlock hold: " + err.Error() + "\nRun 'coordhost rwlock hold -h' for usage.\n"
+			if te.errOut.String() != want {
+				t.Fatalf("stderr = %q, want %q", te.errOut, want)
+			}
+		})
+	}
+}
+
+func TestParseRWLockHoldArgsGood(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		read bool
+	}{
+		{[]string{"-config", "c.hcl", "cache", "--", "true"}, false},
+		{[]string{"-config", "c.hcl", "-write", "cache", "--", "true"}, false},
+		{[]string{"cache", "-read", "-config", "c.hcl", "--", "true"}, true},
+		{[]string{"-config", "c.hcl", "-read=true", "-write=false", "cache", "--", "true"}, true},
+	} {
+		got, err := parseHoldArgsFor(rwlockHold, tc.args, noEnv)
+		if err != nil {
+			t.Fatalf("parseHoldArgsFor(rwlock, %q): %v", tc.args, err)
+		}
+		if got.read != tc.read || got.name != "cache" || got.configPath != "c.hcl" || got.fencing {
+			t.Fatalf("parseHoldArgsFor(rwlock, %q) = %+v", tc.args, got)
+		}
+	}
+}

@@ -105,6 +105,29 @@ even if CMD exited 0); 2 for usage errors; 126 if CMD could not be started;
 			run: runHold,
 		},
 		{
+			name:    "rwlock hold",
+			args:    "[flags] -config FILE NAME -- CMD [ARGS...]",
+			summary: "run CMD while holding a read or write lease of the rwlock NAME",
+			about: `Like lock hold, for the read-write lock NAME: takes a read lease (-read,
+shared with other readers) or the write lease (-write, the default), waiting
+while the other kind is held, and runs CMD under it. NAME is an rwlock block
+of FILE: its ttl, prefix and policies apply, its starvation policy deciding
+when a waiting writer holds new readers off. Flags go before "--", before or
+after NAME.`,
+			flags: func() *flag.FlagSet { return newHoldFlagsFor(rwlockHold, &holdFlags{}) },
+			env: []string{
+				envRedisURL + "  the Redis server (as for -redis) when -redis is not given; keeps a password out of the command line",
+				"COORDHOST_REDIS_SERVER  the redis-server binary for dev mode (default: redis-server on PATH)",
+				noColorHelp,
+			},
+			exit: `as for lock hold: CMD's exit status, or 128+N if signal N ended CMD (or
+coordhost, while it waited); 1 if coordhost failed (Redis, errors in the
+-config FILE, not acquired within -wait or given up by the retry policy, lease
+lost even if CMD exited 0); 2 for usage errors; 126 if CMD could not be
+started; 127 if CMD was not found.`,
+			run: runRWLockHold,
+		},
+		{
 			name:    "dev-redis",
 			args:    "[-socket PATH]",
 			summary: "run a private redis-server on a unix socket",
@@ -126,7 +149,10 @@ SIGINT or SIGTERM; lock hold processes can share it with -redis PATH.`,
 }
 
 func groups() []*commandGroup {
-	return []*commandGroup{{name: "lock", summary: "hold a Redis lock around a command", subs: []string{"lock hold"}}}
+	return []*commandGroup{
+		{name: "lock", summary: "hold a Redis lock around a command", subs: []string{"lock hold"}},
+		{name: "rwlock", summary: "hold a read or write lease of a Redis read-write lock around a command", subs: []string{"rwlock hold"}},
+	}
 }
 
 // findCommand returns the command with the full name.

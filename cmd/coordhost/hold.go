@@ -39,8 +39,27 @@ const (
 	envFencingToken = "COORDHOST_FENCING_TOKEN"
 )
 
-// holdConfig is a parsed `lock hold` command line.
+// holdKind is what a hold command holds: a lock (`lock hold`) or a
+// read-write lease (`rwlock hold`). The two share their flags, parsing and
+// running but for these differences.
+type holdKind struct {
+	cmd   string // the command: "lock hold"
+	noun  string // the block and thing held: "lock"
+	aNoun string // noun with its article: "a lock"
+	// rw: -read and -write; -config is required (the CLI reaches read-write
+	// leases only through host, DESIGN.md §1), so -ttl, -prefix and
+	// -fencing do not exist.
+	rw bool
+}
+
+var (
+	lockHold   = &holdKind{cmd: "lock hold", noun: "lock", aNoun: "a lock"}
+	rwlockHold = &holdKind{cmd: "rwlock hold", noun: "rwlock", aNoun: "an rwlock", rw: true}
+)
+
+// holdConfig is a parsed `lock hold` or `rwlock hold` command line.
 type holdConfig struct {
+	kind      *holdKind
 	redis     string               // the Redis address (-redis, else $COORDHOST_REDIS_URL); "" means dev mode
 	redisFrom string               // where redis came from: "-redis" or "COORDHOST_REDIS_URL"
 	redisOpt  rueidis.ClientOption // parsed from redis unless dev mode
@@ -49,6 +68,7 @@ type holdConfig struct {
 	wait      time.Duration
 	prefix    string
 	fencing   bool
+	read      bool // rwlock hold -read: a shared lease (else the write lease)
 	name      string
 	argv      []string // CMD ARGS...
 
@@ -63,33 +83,66 @@ type holdConfig struct {
 type holdFlags struct {
 	redis, prefix, config string
 	ttl, wait             time.Duration
-	fencing               bool
+	fencing, read, write  bool
 	vars, attrs           listFlag
 }
 
-func newHoldFlags(f *holdFlags) *flag.FlagSet {
-	fs := newFlagSet("lock hold")
+// subject names what cfg holds in messages: `lock "job"`, `rwlock "job"
+// read lease`.
+func (cfg holdConfig) subject() string {
+	if cfg.kind == nil || !cfg.kind.rw {
+		return fmt.Sprintf("lock %q", cfg.name)
+	}
+	mode := "write"
+	if cfg.read {
+		mode = "read"
+	}
+	return fmt.Sprintf("rwlock %q %s lease", cfg.name, mode)
+}
+
+func newHoldFlags(f *holdFlags) *flag.FlagSet { return newHoldFlagsFor(lockHold, f) }
+
+// newHoldFlagsFor returns the flags of k's command.
+func newHoldFlagsFor(k *holdKind, f *holdFlags) *flag.FlagSet {
+	fs := newFlagSet(k.cmd)
 	fs.Var(newStringValue(&f.redis, ""), "redis", "the Redis server at `ADDR`: host:port, /path/to.sock, unix:///path/to.sock or "+
 		"redis://[user:pass@]host:port[/db] (rediss:// for TLS); default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
 		"With -config it replaces the file's addresses (and $"+envRedisURL+" applies only when the file has no redis block); the file's credentials apply unless ADDR has its own")
-	fs.Var(newDurationValue(&f.ttl, defaultTTL), "ttl", "lease time of the lock, `DURATION` "+durationHelp+"; renewed every ttl/3")
-	fs.Var(newStringValue(&f.prefix, defaultPrefix), "prefix", "the `STRING` the lock's Redis key starts with; the key is STRING + NAME")
-	fs.Var(boolValue{&f.fencing}, "fencing", "take a fencing token and pass it to CMD as "+envFencingToken)
-	fs.Var(newDurationValue(&f.wait, 0), "wait", "give up (exit 1) if the lock is not acquired within `DURATION`, "+durationHelp+"; 0, the default, waits forever")
-	fs.Var(newStringValue(&f.config, ""), "config", "NAME is a lock block of the configuration `FILE`: its ttl, fencing, prefix and policies apply "+
-		"(so -ttl, -fencing and -prefix are errors), and Redis is the file's redis block")
+	n := k.noun
+	fileSets := "ttl, fencing, prefix and policies apply (so -ttl, -fencing and -prefix are errors)"
+	if k.rw {
+		fs.Var(boolValue{&f.read}, "read", "take a read lease, shared with other readers")
+		fs.Var(boolValue{&f.write}, "write", "take the write lease, exclusive (the default)")
+		fileSets = "ttl, prefix, marker_ttl and policies (starvation, retry, partition) apply"
+	} else {
+		fs.Var(newDurationValue(&f.ttl, defaultTTL), "ttl", "lease time of the lock, `DURATION` "+durationHelp+"; renewed every ttl/3")
+		fs.Var(newStringValue(&f.prefix, defaultPrefix), "prefix", "the `STRING` the lock's Redis key starts with; the key is STRING + NAME")
+		fs.Var(boolValue{&f.fencing}, "fencing", "take a fencing token and pass it to CMD as "+envFencingToken)
+	}
+	fs.Var(newDurationValue(&f.wait, 0), "wait", "give up (exit 1) if the "+n+" is not acquired within `DURATION`, "+durationHelp+"; 0, the default, waits forever")
+	required := ""
+	if k.rw {
+		required = " (required)"
+	}
+	fs.Var(newStringValue(&f.config, ""), "config", "NAME is "+k.aNoun+" block of the configuration `FILE`"+required+": its "+fileSets+
+		", and Redis is the file's redis block")
 	fs.Var(&f.vars, "var", "with -config: "+varHelp)
-	fs.Var(&f.attrs, "attr", "with -config: a partition attribute `KEY=VALUE` for the lock's partition policy (repeatable), as in -attr tenant=acme")
+	fs.Var(&f.attrs, "attr", "with -config: a partition attribute `KEY=VALUE` for the "+n+"'s partition policy (repeatable), as in -attr tenant=acme")
 	return fs
 }
 
-// parseHoldArgs parses the arguments after `lock hold`. Flags may come
+// parseHoldArgs parses the arguments after `lock hold`.
+func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error) {
+	return parseHoldArgsFor(lockHold, args, getenv)
+}
+
+// parseHoldArgsFor parses the arguments after k's command. Flags may come
 // before and after NAME, but not after "--". getenv supplies
 // COORDHOST_REDIS_URL. It returns flag.ErrHelp for -h/-help.
-func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error) {
-	cfg := holdConfig{}
+func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (holdConfig, error) {
+	cfg := holdConfig{kind: k}
 	var f holdFlags
-	fs := newHoldFlags(&f)
+	fs := newHoldFlagsFor(k, &f)
 
 	before, after, hasSep := args, []string(nil), false
 	if i := slices.Index(args, "--"); i >= 0 {
@@ -111,7 +164,7 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 
 	switch {
 	case len(positional) == 0:
-		return cfg, errors.New("missing lock NAME")
+		return cfg, fmt.Errorf("missing %s NAME", k.noun)
 	case !hasSep && len(positional) == 1:
 		return cfg, errors.New(`missing "--" and CMD after NAME`)
 	case !hasSep:
@@ -125,11 +178,17 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 	}
 	cfg.name, cfg.argv = positional[0], after
 	if cfg.name == "" {
-		return cfg, errors.New("lock NAME is empty")
+		return cfg, fmt.Errorf("%s NAME is empty", k.noun)
 	}
-	cfg.ttl, cfg.wait, cfg.prefix, cfg.fencing, cfg.configPath = f.ttl, f.wait, f.prefix, f.fencing, f.config
+	cfg.ttl, cfg.wait, cfg.prefix, cfg.fencing, cfg.read, cfg.configPath = f.ttl, f.wait, f.prefix, f.fencing, f.read, f.config
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case f.read && f.write:
+		return cfg, errors.New("-read and -write exclude each other: give one")
+	case set["read"] && !f.read && !f.write:
+		return cfg, errors.New("-read=false: give -write (the default) for the write lease")
+	}
 	if set["config"] {
 		if cfg.configPath == "" {
 			return cfg, errors.New("-config FILE is empty")
@@ -138,7 +197,7 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 		// file, or silently won over it, would surprise someone.
 		for _, f := range []string{"ttl", "fencing", "prefix"} {
 			if set[f] {
-				return cfg, fmt.Errorf("-%s cannot be used with -config: lock %q of the file sets it", f, cfg.name)
+				return cfg, fmt.Errorf("-%s cannot be used with -config: %s %q of the file sets it", f, k.noun, cfg.name)
 			}
 		}
 		var err error
@@ -149,23 +208,27 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 			return cfg, err
 		}
 	} else {
+		if k.rw {
+			return cfg, errors.New("missing -config FILE: NAME is an rwlock block of it")
+		}
 		for _, f := range []string{"var", "attr"} {
 			if set[f] {
 				return cfg, fmt.Errorf("-%s needs -config FILE", f)
 			}
 		}
 	}
-	if cfg.ttl > lock.MaxTTL {
+	switch {
+	case k.rw:
+		// No -ttl or -prefix: the block's apply.
+	case cfg.ttl > lock.MaxTTL:
 		return cfg, fmt.Errorf("-ttl must be at most %v (100 years), got %v", lock.MaxTTL, cfg.ttl)
-	}
-	if cfg.ttl < minTTL {
+	case cfg.ttl < minTTL:
 		return cfg, fmt.Errorf("-ttl must be at least %v, got %v", minTTL, cfg.ttl)
+	case cfg.prefix == "":
+		return cfg, errors.New("-prefix must not be empty")
 	}
 	if cfg.wait < 0 {
 		return cfg, fmt.Errorf("-wait must not be negative, got %v (0 waits forever)", cfg.wait)
-	}
-	if cfg.prefix == "" {
-		return cfg, errors.New("-prefix must not be empty")
 	}
 	// A flag wins over the environment; an empty -redis is a mistake, not
 	// a way to ask for dev mode.
@@ -190,12 +253,22 @@ func parseHoldArgs(args []string, getenv func(string) string) (holdConfig, error
 
 // runHold implements `coordhost lock hold`.
 func runHold(ctx context.Context, args []string, e *env) int {
-	cfg, err := parseHoldArgs(args, e.getenv)
+	return runHoldKind(ctx, lockHold, args, e)
+}
+
+// runRWLockHold implements `coordhost rwlock hold`.
+func runRWLockHold(ctx context.Context, args []string, e *env) int {
+	return runHoldKind(ctx, rwlockHold, args, e)
+}
+
+// runHoldKind implements k's command.
+func runHoldKind(ctx context.Context, k *holdKind, args []string, e *env) int {
+	cfg, err := parseHoldArgsFor(k, args, e.getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		return e.printHelp("lock hold")
+		return e.printHelp(k.cmd)
 	}
 	if err != nil {
-		return e.usageErrorFor("lock hold", "lock hold: %v", err)
+		return e.usageErrorFor(k.cmd, "%s: %v", k.cmd, err)
 	}
 	// Find CMD before touching Redis: a typo must not take the lock.
 	path, err := exec.LookPath(cfg.argv[0])
@@ -223,7 +296,7 @@ func runHold(ctx context.Context, args []string, e *env) int {
 		return 0, false
 	}
 
-	if cfg.configPath != "" {
+	if cfg.configPath != "" { // always for rwlock hold
 		return holdFromConfig(ctx, cfg, path, e, sigs, stopRelay, interrupted)
 	}
 
@@ -262,14 +335,25 @@ func runHold(ctx context.Context, args []string, e *env) int {
 
 	lk, err := lock.New(client, lock.Options{Prefix: cfg.prefix, Fencing: cfg.fencing})
 	if err != nil {
-		return e.usageErrorFor("lock hold", "lock hold: %v", err)
+		return e.usageErrorFor(k.cmd, "%s: %v", k.cmd, err)
 	}
 	defer lk.Close()
-	acquire := func(ctx context.Context) (*lock.Lock, error) { return lk.Acquire(ctx, cfg.name, cfg.ttl) }
+	acquire := func(ctx context.Context) (primitives.Lease, error) {
+		return leaseOrNil(lk.Acquire(ctx, cfg.name, cfg.ttl))
+	}
 	return holdWithLock(ctx, acquire, cfg, path, e, sigs, stopRelay, interrupted)
 }
 
-// heldLock is what holdAndRun needs from a granted lock (*lock.Lock).
+// leaseOrNil converts an acquisition's result to an acquireFunc's, without
+// the typed nil that would make a failed acquisition's lease non-nil.
+func leaseOrNil[L primitives.Lease](l L, err error) (primitives.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// heldLock is what holdAndRun needs from a granted lock or lease.
 type heldLock interface {
 	Done() <-chan struct{}
 	Release(ctx context.Context) (primitives.ReleaseResult, error)
@@ -289,7 +373,7 @@ func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context)
 		signals: sigs,
 		grace:   e.grace,
 		logf:    e.logf,
-		what:    cfg.name,
+		what:    cfg.subject(),
 		// A child sharing coordhost's process group on a terminal gets the
 		// terminal's ^C itself; forwarding it would deliver it twice.
 		skipForward: map[syscall.Signal]bool{syscall.SIGINT: ttyGroup},
@@ -300,7 +384,7 @@ func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context)
 		case <-l.Done():
 			// Lost at about the moment CMD finished: it may not have been
 			// protected to the end.
-			e.logf("lost lock %q as %s exited", cfg.name, cmd.Args[0])
+			e.logf("lost %s as %s exited", cfg.subject(), cmd.Args[0])
 			res.lost = true
 			sup.stopLeftovers(cmd)
 		default:
@@ -325,12 +409,12 @@ func holdAndRun(ctx context.Context, l heldLock, keepAlive func(context.Context)
 	rr, err := l.Release(rctx)
 	switch {
 	case err != nil:
-		e.logf("releasing lock %q: %v (it expires within %v)", cfg.name, err, cfg.ttl)
+		e.logf("releasing %s: %v (it expires within %v)", cfg.subject(), err, cfg.ttl)
 	case rr == primitives.Released:
-		e.logf("released lock %q", cfg.name)
+		e.logf("released %s", cfg.subject())
 	case !res.lost:
 		// Neither Done nor the supervisor saw it, but the lease was gone.
-		e.logf("lock %q was lost before %s exited (release found %v)", cfg.name, cmd.Args[0], rr)
+		e.logf("%s was lost before %s exited (release found %v)", cfg.subject(), cmd.Args[0], rr)
 		res.lost = true
 		if runErr == nil {
 			sup.stopLeftovers(cmd)

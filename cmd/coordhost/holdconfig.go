@@ -10,41 +10,61 @@ import (
 
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
-	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/coordhost/coordhost/primitives"
 )
 
 // hostShutdownTimeout bounds the shutdown of the host inside
-// `lock hold -config` after CMD exited and the lock was released.
+// `lock hold -config` (and `rwlock hold -config`) after CMD exited and the
+// lock was released.
 const hostShutdownTimeout = 5 * time.Second
 
-// holdFromConfig is `lock hold -config FILE NAME`: the lock is the file's
-// `lock "NAME"` block, served by a host.Host built from the file (its
-// redis block, or -redis, or dev mode without either; its policies), so
-// the lock's ttl, fencing, prefix, retry policy and partition policy
-// (with the -attr attributes) are the file's.
+// holdFromConfig is `lock hold -config FILE NAME` (or `rwlock hold`): the
+// lock is the file's `lock "NAME"` block (or `rwlock "NAME"`), served by a
+// host.Host built from the file (its redis block, or -redis, or dev mode
+// without either; its policies), so the lock's ttl, fencing, prefix, retry
+// policy, starvation policy and partition policy (with the -attr
+// attributes) are the file's.
 func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
+	k := cfg.kind
 	conf, diags := config.Load(cfg.configPath, cfg.load)
 	if diags.HasErrors() {
 		e.writeDiags(cfg.configPath, conf.Files(), diags)
 		errs, _ := countDiags(diags)
-		e.logf("lock hold: %s: %s", cfg.configPath, plural(errs, "error"))
+		e.logf("%s: %s: %s", k.cmd, cfg.configPath, plural(errs, "error"))
 		return exitFailure
 	}
-	lc := conf.Lock(cfg.name)
-	if lc == nil {
-		names := make([]string, 0, len(conf.Locks))
+	var declared []string
+	var partition *config.PolicyRef
+	found := false
+	if k.rw {
+		for _, l := range conf.RWLocks {
+			declared = append(declared, l.Name)
+		}
+		if rc := conf.RWLock(cfg.name); rc != nil {
+			found, partition = true, rc.Partition
+		}
+	} else {
 		for _, l := range conf.Locks {
-			names = append(names, strconv.Quote(l.Name))
+			declared = append(declared, l.Name)
+		}
+		if lc := conf.Lock(cfg.name); lc != nil {
+			found, partition = true, lc.Partition
+		}
+	}
+	if !found {
+		names := make([]string, 0, len(declared))
+		for _, n := range declared {
+			names = append(names, strconv.Quote(n))
 		}
 		sort.Strings(names)
-		declared := "it declares no locks"
+		list := "it declares no " + k.noun + "s"
 		if len(names) > 0 {
-			declared = "it declares " + strings.Join(names, ", ")
+			list = "it declares " + strings.Join(names, ", ")
 		}
-		return e.usageErrorFor("lock hold", "lock hold: %s has no lock %q (%s)", cfg.configPath, cfg.name, declared)
+		return e.usageErrorFor(k.cmd, "%s: %s has no %s %q (%s)", k.cmd, cfg.configPath, k.noun, cfg.name, list)
 	}
-	if cfg.attrs != nil && lc.Partition == nil {
-		return e.usageErrorFor("lock hold", "lock hold: -attr given, but lock %q has no partition policy to use it", cfg.name)
+	if cfg.attrs != nil && partition == nil {
+		return e.usageErrorFor(k.cmd, "%s: -attr given, but %s %q has no partition policy to use it", k.cmd, k.noun, cfg.name)
 	}
 	e.writeDiags(cfg.configPath, conf.Files(), diags) // warnings
 
@@ -92,12 +112,27 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 			e.logf("shutting down: %v", err)
 		}
 	}()
-	hl, err := h.Lock(cfg.name)
-	if err != nil {
-		e.logf("%v", err)
-		return exitFailure
+	var acquire acquireFunc
+	if k.rw {
+		hr, err := h.RWLock(cfg.name)
+		if err != nil {
+			e.logf("%v", err)
+			return exitFailure
+		}
+		cfg.ttl = hr.TTL()
+		get := hr.AcquireWrite
+		if cfg.read {
+			get = hr.AcquireRead
+		}
+		acquire = func(ctx context.Context) (primitives.Lease, error) { return leaseOrNil(get(ctx, cfg.attrs)) }
+	} else {
+		hl, err := h.Lock(cfg.name)
+		if err != nil {
+			e.logf("%v", err)
+			return exitFailure
+		}
+		cfg.ttl, cfg.fencing = hl.TTL(), hl.Fencing()
+		acquire = func(ctx context.Context) (primitives.Lease, error) { return leaseOrNil(hl.Acquire(ctx, cfg.attrs)) }
 	}
-	cfg.ttl, cfg.fencing = hl.TTL(), hl.Fencing()
-	acquire := func(ctx context.Context) (*lock.Lock, error) { return hl.Acquire(ctx, cfg.attrs) }
 	return holdWithLock(ctx, acquire, cfg, path, e, sigs, stopRelay, interrupted)
 }

@@ -3,22 +3,25 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 
 	"github.com/coordhost/coordhost/primitives"
-	"github.com/coordhost/coordhost/primitives/lock"
 )
 
 // errWaitTimeout is the cancellation cause when -wait runs out.
 var errWaitTimeout = errors.New("-wait ran out")
 
-// acquireFunc waits for the lock (*lock.Locker.Acquire or
-// *host.Lock.Acquire with the command line's name, ttl and attributes).
-type acquireFunc func(ctx context.Context) (*lock.Lock, error)
+// acquireFunc waits for the lock or lease (*lock.Locker.Acquire,
+// *host.Lock.Acquire, *rwlock.Locker.AcquireRead, *host.RWLock.AcquireWrite
+// and so on, with the command line's name, ttl and attributes); it returns
+// a nil lease with every error.
+type acquireFunc func(ctx context.Context) (primitives.Lease, error)
 
-// holdWithLock takes the lock cfg.name with acquire, waiting as long as ctx
+// fenced is a lease with a fencing token (*lock.Lock).
+type fenced interface{ FencingToken() int64 }
+
+// holdWithLock takes the lock or lease cfg.name with acquire, waiting as long as ctx
 // and cfg.wait allow, then runs CMD (found at path) under it with
 // holdAndRun; cfg.ttl is the lease it keeps renewing.
 // stopRelay ends the translation of signals into cancellation of ctx once
@@ -29,33 +32,34 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 	if cfg.wait > 0 {
 		acqCtx, acqCancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
 	}
-	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for lock %q", cfg.name) })
+	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for %s", cfg.subject()) })
 	l, err := acquire(acqCtx)
 	stopNote()
 	stopRelay()
 	acqCancel()
 	if err != nil {
-		if code, ok := interrupted(fmt.Sprintf("while waiting for lock %q", cfg.name)); ok {
+		if code, ok := interrupted("while waiting for " + cfg.subject()); ok {
 			return code
 		}
 		if errors.Is(context.Cause(acqCtx), errWaitTimeout) && ctx.Err() == nil {
-			e.logf("lock %q not acquired within -wait %v", cfg.name, cfg.wait)
+			e.logf("%s not acquired within -wait %v", cfg.subject(), cfg.wait)
 			return exitFailure
 		}
 		if errors.Is(err, primitives.ErrInvalidKey) || errors.Is(err, primitives.ErrInvalidTTL) {
-			// Bad input that only the lock package can judge (reserved
+			// Bad input that only the primitive can judge (reserved
 			// namespace, cluster slots).
-			return e.usageErrorFor("lock hold", "lock hold: lock NAME %q: %v", cfg.name, err)
+			k := cfg.kind
+			return e.usageErrorFor(k.cmd, "%s: %s NAME %q: %v", k.cmd, k.noun, cfg.name, err)
 		}
 		if errors.Is(err, primitives.ErrNotAcquired) {
 			// The retry policy gave up.
-			e.logf("lock %q not acquired: %v", cfg.name, err)
+			e.logf("%s not acquired: %v", cfg.subject(), err)
 			return exitFailure
 		}
-		e.logf("acquiring lock %q: %v", cfg.name, err)
+		e.logf("acquiring %s: %v", cfg.subject(), err)
 		return exitFailure
 	}
-	if code, ok := interrupted(fmt.Sprintf("just as lock %q was acquired", cfg.name)); ok {
+	if code, ok := interrupted("just as " + cfg.subject() + " was acquired"); ok {
 		// The signal raced the grant: do not start CMD.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer rcancel()
@@ -64,21 +68,21 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 	}
 
 	token, note := "", ""
-	if cfg.fencing {
-		token = strconv.FormatInt(l.FencingToken(), 10)
+	if f, ok := l.(fenced); ok && cfg.fencing {
+		token = strconv.FormatInt(f.FencingToken(), 10)
 		note = " (fencing token " + token + ")"
 	}
-	e.logf("acquired lock %q%s; key %q, ttl %v", cfg.name, note, l.Key(), cfg.ttl)
+	e.logf("acquired %s%s; key %q, ttl %v", cfg.subject(), note, l.Key(), cfg.ttl)
 	keepAlive := func(kctx context.Context) (stop func()) {
 		// cfg.ttl was validated by the acquire; a refusal here would be a bug.
 		stopRenewing, err := primitives.KeepAlive(kctx, l, cfg.ttl)
 		if err != nil {
-			e.logf("keeping lock %q alive: %v", cfg.name, err)
+			e.logf("keeping %s alive: %v", cfg.subject(), err)
 			return func() {}
 		}
 		return func() {
 			if err := stopRenewing(); err != nil {
-				e.logf("lock %q: %v", cfg.name, err)
+				e.logf("%s: %v", cfg.subject(), err)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/coordhost/coordhost/config"
-	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/coordhost/coordhost/primitives"
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -90,7 +90,7 @@ func TestAcquireErrorEscaped(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newTestEnv(t, nil)
-			acquire := func(context.Context) (*lock.Lock, error) { return nil, tc.err }
+			acquire := func(context.Context) (primitives.Lease, error) { return nil, tc.err }
 			cfg := holdConfig{name: tc.lock, ttl: defaultTTL, argv: []string{"true"}}
 			code := holdWithLock(context.Background(), acquire, cfg, "/bin/true", te.env, nil, func() {}, func(string) (int, bool) { return 0, false })
 			if code != exitFailure {

@@ -32,7 +32,7 @@ type supervisor struct {
 	grace time.Duration
 	// logf prints a "coordhost: ..." line.
 	logf func(format string, args ...any)
-	// what names the lock in messages.
+	// what names the lock in messages: `lock "job"`.
 	what string
 	// skipForward lists signals not to forward (the child got them from
 	// the terminal already).
@@ -70,7 +70,7 @@ func (s *supervisor) run(cmd *exec.Cmd, lost <-chan struct{}) (childResult, erro
 		case <-lost:
 			lost = nil
 			res.lost = true
-			killC = st.terminate(fmt.Sprintf("lost lock %q; stopping %s", s.what, cmd.Args[0]))
+			killC = st.terminate(fmt.Sprintf("lost %s; stopping %s", s.what, cmd.Args[0]))
 		case <-killC:
 			killC = nil
 			res.killed = true
@@ -157,7 +157,7 @@ func (st *stopper) finish() {
 	}
 	var deadline <-chan time.Time
 	if st.termAt.IsZero() {
-		deadline = st.terminate(fmt.Sprintf("lost lock %q; %s exited, but processes of its group still run: stopping them", st.s.what, st.cmd.Args[0]))
+		deadline = st.terminate(fmt.Sprintf("lost %s; %s exited, but processes of its group still run: stopping them", st.s.what, st.cmd.Args[0]))
 	} else {
 		deadline = st.timer.C
 	}

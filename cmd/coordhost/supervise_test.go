@@ -26,7 +26,7 @@ func newSupervisor(grace time.Duration) (*supervisor, chan os.Signal, *syncBuffe
 	return &supervisor{
 		signals: sigs,
 		grace:   grace,
-		what:    "job",
+		what:    `lock "job"`,
 		logf:    func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) },
 	}, sigs, log
 }

@@ -55,7 +55,7 @@ func (g *Group) acquireLoop(ctx context.Context, r *request) (*Lock, error) {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case g.isClosed():
-			return nil, wait.ErrClosed
+			return nil, wait.ErrStopped
 		case errors.Is(err, primitives.ErrNotAcquired):
 			reason = policies.ReasonContended
 		case errors.Is(err, ErrNoQuorum) && !errors.Is(err, primitives.ErrWrongType):
@@ -118,7 +118,7 @@ func (g *Group) pause(ctx context.Context, d time.Duration) error {
 	case <-t.C():
 		return nil
 	case <-g.closed:
-		return wait.ErrClosed
+		return wait.ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -165,6 +165,7 @@ func (g *Group) quorumFreeIn(rd *round) time.Duration {
 func (g *Group) waitForMajority(ctx context.Context, r *request, rd *round, bound time.Duration) (bool, error) {
 	wctx, stop := context.WithCancel(ctx)
 	fired := make(chan int, len(g.nodes))
+	waiterClosed := make(chan error, len(g.nodes))
 	done := make(chan struct{})
 	watchers := 0
 	avail := 0
@@ -179,8 +180,11 @@ func (g *Group) waitForMajority(ctx context.Context, r *request, rd *round, boun
 			n, holder, pttl := g.nodes[i], res.holder, res.pttl
 			go func() {
 				defer func() { done <- struct{}{} }()
-				if g.watch(wctx, n, r, holder, pttl) == nil {
+				switch err := g.watch(wctx, n, r, holder, pttl); {
+				case err == nil:
 					fired <- i
+				case errors.Is(err, wait.ErrClosed):
+					waiterClosed <- fmt.Errorf("%s: %w", n.name, err)
 				}
 			}()
 		case res.state == stateExcluded && errors.As(res.err, &ge):
@@ -230,8 +234,10 @@ func (g *Group) waitForMajority(ctx context.Context, r *request, rd *round, boun
 			armGuard()
 		case <-timeout:
 			return false, nil
+		case err := <-waiterClosed:
+			return false, err // a Waiter given in Options.Waiters was closed
 		case <-g.closed:
-			return false, wait.ErrClosed
+			return false, wait.ErrStopped
 		case <-ctx.Done():
 			return false, ctx.Err()
 		}

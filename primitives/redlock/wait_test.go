@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,6 +121,29 @@ func TestAcquireEnds(t *testing.T) {
 	}
 	if _, err := g2.TryAcquire(ctx, "k", time.Second); !errors.Is(err, primitives.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+	// A Waiter given in Options.Waiters closed under a waiting Acquire
+	// ends it too, naming the Waiter.
+	clients := f.newClients(t)
+	waiters := make([]*primitives.Waiter, len(clients))
+	for i, c := range clients {
+		w, err := primitives.NewWaiter(c, primitives.WaiterOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiters[i] = w
+	}
+	g3 := newGroup(t, clients, redlock.Options{Waiters: waiters, Retry: builtin.Constant{Delay: time.Minute}})
+	go func() {
+		_, err := g3.Acquire(ctx, "k", time.Second)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	for _, w := range waiters {
+		w.Close()
+	}
+	if err := <-done; !errors.Is(err, primitives.ErrClosed) || !strings.Contains(err.Error(), "Waiter") {
+		t.Fatalf("a closed Waiter: %v", err)
 	}
 }
 

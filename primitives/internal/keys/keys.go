@@ -46,11 +46,21 @@ func (s Space) Key(key string) (string, error) {
 // already carries, then wraps the full key in a hash tag. It fails with
 // ErrSlot when neither form lands in the key's slot (a key with a '}' but no
 // usable hash tag).
+//
+// Distinct keys get distinct derived keys. The wrapped form always starts
+// base+"{", so in the plain form a key that starts with '{' (or with the
+// escape '!') is written base+"!"+key: without it, "{K}" in the plain form
+// and "K" wrapped would both be base+"{K}", and two unrelated primitives
+// would share a fencing counter, a FIFO queue or a capacity.
 func (s Space) Derived(kind, key string) (string, error) {
 	full := s.Prefix + key
 	want := Slot(full)
 	base := s.Prefix + Reserved + kind + ":"
-	if c := base + key; Slot(c) == want {
+	plain := key
+	if strings.HasPrefix(key, "{") || strings.HasPrefix(key, "!") {
+		plain = "!" + key
+	}
+	if c := base + plain; Slot(c) == want {
 		return c, nil
 	}
 	if c := base + "{" + full + "}"; Slot(c) == want {

@@ -69,3 +69,55 @@ func TestKeyRejects(t *testing.T) {
 		t.Errorf("Key(x) = %q, %v", k, err)
 	}
 }
+
+// Distinct keys never share a derived key: "K" wrapped and "{K}" plain
+// both used to be base+"{K}", so a semaphore "invoice" and a semaphore
+// "{invoice}" shared one capacity key.
+func TestDerivedIsOneToOne(t *testing.T) {
+	atoms := []string{"", "{", "}", "!", "K", "a", "{K}", "{{}", "a{", "{a{}", "!{K}", "{!K}", "x{y}z", "}{"}
+	var keys []string
+	for _, a := range atoms {
+		for _, b := range atoms {
+			keys = append(keys, a+b)
+		}
+	}
+	for _, prefix := range []string{"", "app:", "{app}:", "{", "a}"} {
+		s := Space{Prefix: prefix}
+		owner := map[string]string{}
+		for _, k := range keys {
+			if k == "" {
+				continue
+			}
+			d, err := s.Derived("capacity", k)
+			if err != nil {
+				continue
+			}
+			if prev, ok := owner[d]; ok && prev != k {
+				t.Errorf("prefix %q: keys %q and %q both derive %q", prefix, prev, k, d)
+			}
+			owner[d] = k
+			full, _ := s.Key(k)
+			if Slot(d) != Slot(full) {
+				t.Errorf("prefix %q: Derived(%q) = %q is in slot %d, the key in %d", prefix, k, d, Slot(d), Slot(full))
+			}
+		}
+	}
+}
+
+// The plain form keeps its old name for keys that start with neither '{'
+// nor '!', so existing fencing counters of those keys stay where they were.
+func TestDerivedKeepsPlainNames(t *testing.T) {
+	s := Space{Prefix: "app:"}
+	for key, want := range map[string]string{
+		"invoice":       "app:" + Reserved + "fence:{app:invoice}",
+		"t{acme}:job":   "app:" + Reserved + "fence:t{acme}:job",
+		"{acme}:job":    "app:" + Reserved + "fence:!{acme}:job",
+		"!{acme}:job":   "app:" + Reserved + "fence:!!{acme}:job",
+		"{app:invoice}": "app:" + Reserved + "fence:!{app:invoice}", // not the wrapped form of "invoice"
+	} {
+		got, err := s.Derived("fence", key)
+		if err != nil || got != want {
+			t.Errorf("Derived(fence, %q) = %q, %v; want %q", key, got, err, want)
+		}
+	}
+}
