@@ -70,6 +70,17 @@ func TestNewRefuses(t *testing.T) {
 	if after := f.keyspace(t); after != before {
 		t.Fatalf("New wrote:\nbefore %s\nafter  %s", before, after)
 	}
+	// A single-server client of a cluster node passes New's check; the
+	// identification finds the node in cluster mode and the Group refuses
+	// every call before writing.
+	clusterNode := cl.Servers[0].Client(t, func(o *rueidis.ClientOption) { o.ForceSingleClient = true })
+	cg := newGuardedGroup(t, []rueidis.Client{c[3], c[4], clusterNode}, redlock.Options{})
+	if _, err := cg.TryAcquire(xtest.Ctx(t, 10*time.Second), "k", time.Second); !errors.Is(err, primitives.ErrInvalidOptions) || !strings.Contains(err.Error(), "cluster mode") {
+		t.Errorf("a cluster node: %v; want ErrInvalidOptions naming cluster mode", err)
+	}
+	if after := f.keyspace(t); after != before {
+		t.Fatalf("the Group with a cluster node wrote:\nbefore %s\nafter  %s", before, after)
+	}
 	// A valid Group sends nothing either until it is used.
 	for _, s := range f.servers[:3] {
 		s.MustCmd(t, "CONFIG", "RESETSTAT")

@@ -60,7 +60,7 @@ type guarded struct {
 }
 
 func (e *guarded) Error() string {
-	return fmt.Sprintf("%s restarted within the maximum lease (restart guard): it counts toward a quorum again in %v",
+	return fmt.Sprintf("%s may have restarted within the maximum lease, forgetting grants (restart guard): it counts toward a quorum again in %v",
 		e.node, e.left.Round(time.Millisecond))
 }
 
