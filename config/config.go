@@ -88,6 +88,20 @@
 //	  partition = policy.partition.NAME   # optional reference
 //	}
 //
+//	redlock "NAME" {
+//	  addresses    = ["a:6379", "b:6379", "c:6379"]  # required: an odd number >= 3 of independent servers, no two alike
+//	  ttl          = "10s"        # required; at most max_ttl, above the drift allowance and node_timeout
+//	  max_ttl      = "1m"         # longest lease and restart-guard span; default DefaultRedlockMaxTTL
+//	  node_timeout = "100ms"      # per node and call; default the primitive's
+//	  drift        = "2ms"        # clock-drift allowance: drift + drift_factor * ttl
+//	  drift_factor = 0.01
+//	  username     = ""           # default the redis block's; its tls applies too
+//	  password     = ""
+//	  prefix       = "coordhost:redlock:"  # default DefaultRedlockPrefix
+//	  retry        = policy.retry.NAME
+//	  partition    = policy.partition.NAME
+//	}
+//
 // Durations are strings in time.ParseDuration syntax ("10ms", "1m30s").
 // Policy references are traversals written literally (policy.retry.fast,
 // not a string or an expression), also inside dynamic content. "dynamic"
@@ -159,6 +173,8 @@ type Config struct {
 	RWLocks []*RWLock
 	// Semaphores are the declared named semaphores, in declaration order.
 	Semaphores []*Semaphore
+	// Redlocks are the declared redlocks, in declaration order.
+	Redlocks []*Redlock
 
 	files      map[string]*hcl.File
 	policies   map[policyKey]*Policy

@@ -51,6 +51,7 @@ var (
 			{Type: "latch", LabelNames: []string{"name"}},
 			{Type: "rwlock", LabelNames: []string{"name"}},
 			{Type: "semaphore", LabelNames: []string{"name"}},
+			{Type: "redlock", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -120,6 +121,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeRWLock(b)
 		case "semaphore":
 			d.decodeSemaphore(b)
+		case "redlock":
+			d.decodeRedlock(b)
 		}
 	}
 	d.resolveRefs()

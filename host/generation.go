@@ -27,6 +27,7 @@ type generation struct {
 	latches    map[string]*namedLatch
 	rwlocks    map[string]*namedRWLock
 	semaphores map[string]*namedSemaphore
+	redlocks   map[string]*namedRedlock
 	waiter     *primitives.Waiter // the one waiting connection every primitive of the generation shares
 
 	mu       sync.Mutex
@@ -38,7 +39,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, redlocks: map[string]*namedRedlock{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -99,6 +100,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(sc.Range), err)
 		}
 		g.semaphores[sc.Name] = l
+	}
+	for _, rc := range cfg.Redlocks {
+		r, err := g.newRedlock(h, rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
+		}
+		g.redlocks[rc.Name] = r
 	}
 	return g, nil
 }
@@ -195,6 +203,9 @@ func (g *generation) closeLockers() {
 	}
 	for _, l := range g.semaphores {
 		l.prim.Close()
+	}
+	for _, r := range g.redlocks {
+		r.prim.Close()
 	}
 	if g.waiter != nil {
 		g.waiter.Close()

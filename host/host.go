@@ -68,6 +68,7 @@ type Host struct {
 	genNo    atomic.Int64
 	closed   atomic.Bool
 	drains   sync.WaitGroup
+	nodes    nodeClients // redlock node clients, shared by generations (redlock.go)
 }
 
 // New builds a Host from cfg: the Redis client (or opts.Client; or, without
@@ -96,6 +97,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 		if err != nil {
 			h.stop()
 			h.closeClient()
+			h.nodes.close()
 			h.metrics.unregister()
 		}
 	}()
@@ -177,6 +179,7 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	g.close(context.WithoutCancel(ctx))
 	h.drains.Wait()
 	h.closeClient()
+	h.nodes.close()
 	h.metrics.unregister()
 	return err
 }

@@ -38,6 +38,7 @@ type metrics struct {
 	latch     *latchMetrics     // named latches (latchmetrics.go)
 	rwlock    *rwlockMetrics    // named rwlocks (rwlockmetrics.go)
 	semaphore *semaphoreMetrics // named semaphores (semaphoremetrics.go)
+	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
 
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
@@ -58,7 +59,8 @@ var (
 // and left in place at Close.
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
-		reg: reg,
+		reg:     reg,
+		redlock: newRedlockMetrics(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordhost_policy_calls_total",
 			Help: "Policy decisions asked for, by policy, driver, kind and outcome (ok, refused, failure, fallback).",
@@ -145,7 +147,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...)...)
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.redlock.collectors()...)...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

@@ -138,7 +138,7 @@ func (h *Handle[O]) Renew(ctx context.Context, ttl time.Duration) (bool, error) 
 		return false, err // nothing sent
 	}
 	live := h.watch.renewing(&h.state)
-	ok, err := h.state.Renew(ctx, ttl, func(ctx context.Context) (int64, error) {
+	ok, err := h.state.Renew(ctx, estimate(&h.ops, ttl), func(ctx context.Context) (int64, error) {
 		return h.ops.Renew(ctx, h.client, h.token, ms)
 	})
 	h.watch.renewed(&h.state, live, ok, err)
