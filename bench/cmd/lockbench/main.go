@@ -1,9 +1,11 @@
 // Command lockbench compares coordhost's lock with peer libraries
 // (bsm/redislock, redsync, rueidislock) and a raw rueidis baseline against
 // one Redis server it starts itself, in one run, measures coordhost's
-// hash-field lease on a second (Redis 8) server, measures what consulting
-// a retry policy costs (native, WebAssembly, plugin), and writes a Markdown
-// report. See bench/README.md.
+// hash-field lease on a second (Redis 8) server, measures read-write
+// leases and semaphores against minimal raw scripts and a writer's wait
+// under a reader stream, Redlock over three servers against redsync,
+// what consulting a retry policy costs (native, WebAssembly, plugin), and
+// writes a Markdown report. See bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
 // and $COORDHOST_REDIS8_SERVER for section 5):
@@ -57,6 +59,14 @@ type options struct {
 	setupRows  string        // comma-separated substrings of row names; "" = all
 	setupCols  string        // comma-separated column numbers (1-based); "" = all
 	cpuprofile string
+	// sections 8 and 9 (rw.go, writerwait.go, redlock.go)
+	primReps        int
+	primDur         time.Duration
+	wwReaders       int
+	wwLease         time.Duration
+	wwRounds        int
+	wwControlRounds int
+	wwControl       time.Duration
 }
 
 func main() {
@@ -73,7 +83,14 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "12356", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.StringVar(&o.sections, "sections", "1235896", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.IntVar(&o.primReps, "prim-reps", 3, "sections 8 and 9: repetitions of each throughput cell (median reported)")
+	flag.DurationVar(&o.primDur, "prim-dur", time.Second, "sections 8 and 9: duration of each throughput cell")
+	flag.IntVar(&o.wwReaders, "ww-readers", 8, "section 8 writer wait: readers in the stream")
+	flag.DurationVar(&o.wwLease, "ww-lease", 100*time.Millisecond, "section 8 writer wait: the readers' lease in the bounded cases (each holds about 50ms); the target is bound + this + 30ms")
+	flag.IntVar(&o.wwRounds, "ww-rounds", 10, "section 8 writer wait: rounds per bounded case (bound 0, 200ms)")
+	flag.IntVar(&o.wwControlRounds, "ww-control-rounds", 1, "section 8 writer wait: rounds of the policies.Unbounded control")
+	flag.DurationVar(&o.wwControl, "ww-control", 3*time.Second, "section 8 writer wait: how long the control's writer waits before giving up")
 	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
 	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
 	flag.IntVar(&o.policyCalls, "policy-calls", 200_000, "section 6: individually timed calls per native or wasm row, split over -reps (and as many untimed ones for the allocation count)")
@@ -91,6 +108,9 @@ func main() {
 	o.waiters = []int{1, 10, 100}
 	o.statsWaiters = 100
 	o.leaseWaiters = []int{1, 100}
+	if o.primReps < 1 || o.wwReaders < 1 || o.wwRounds < 1 || o.wwControlRounds < 1 {
+		fatalf("-prim-reps, -ww-readers, -ww-rounds and -ww-control-rounds must be positive")
+	}
 	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 || o.policyCalls < 1 || o.pluginCalls < 1 || o.policyLoads < 1 {
 		fatalf("-reps, -handoffs, -crash-reps, -policy-calls, -plugin-calls and -policy-loads must be positive")
 	}
@@ -103,7 +123,7 @@ func main() {
 		prev = p
 	}
 	// Section 6 needs no Redis.
-	needRedis := strings.ContainsAny(o.sections, "12357")
+	needRedis := strings.ContainsAny(o.sections, "1235789")
 	var bin7 string
 	var err error
 	if needRedis {
@@ -196,6 +216,25 @@ func main() {
 		rep.server8 = srv8
 		rep.lease = sectionHandoff(srv8, o, leaseKinds(), o.leaseWaiters, "5")
 		srv8.stop()
+	}
+	if strings.Contains(o.sections, "8") {
+		srv.mustDo("FLUSHALL")
+		rep.rw = sectionRW(srv, o)
+		srv.mustDo("FLUSHALL")
+		rep.writerWait = sectionWriterWait(srv, o)
+	}
+	if strings.Contains(o.sections, "9") {
+		srv.mustDo("FLUSHALL")
+		var extra []*server
+		rep.redlock, extra = sectionRedlock(srv, bin7, o, func(s *server) {
+			serversMu.Lock()
+			servers = append(servers, s)
+			serversMu.Unlock()
+		})
+		rep.redlockServers = extra
+		for _, s := range extra {
+			s.stop()
+		}
 	}
 	if strings.Contains(o.sections, "6") {
 		// In-process only: stop the Redis server(s) first, so the section

@@ -33,6 +33,11 @@ type report struct {
 	setups    map[setupKey]*setupResult // section 7
 	setupRows []setupRow
 
+	rw             primResults // section 8, throughput
+	writerWait     []*wwResult // section 8, writer wait
+	redlock        primResults // section 9
+	redlockServers []*server   // section 9's extra servers
+
 	loadStart, loadEnd string // /proc/loadavg at the start and the end
 }
 
@@ -165,6 +170,12 @@ func (r *report) markdown() string {
 	if r.lease != nil {
 		r.sectionLease(w)
 	}
+	if r.rw != nil || r.writerWait != nil {
+		r.sectionRW(w)
+	}
+	if r.redlock != nil {
+		r.sectionRedlock(w)
+	}
 	if r.policy != nil {
 		r.sectionPolicy(w)
 	}
@@ -186,7 +197,7 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
-	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil {
 		return // e.g. section 7 alone: no targets
 	}
 	w("## Targets\n\n")
@@ -255,6 +266,9 @@ func (r *report) targets(w func(string, ...any)) {
 		} else {
 			w("| ≤ 5 commands per release with %d local waiters | not measured (run timed out) | **MISS** |\n", r.opts.statsWaiters)
 		}
+	}
+	if r.writerWait != nil {
+		r.writerWaitTargets(w)
 	}
 	if r.policy != nil {
 		r.policyTargets(w)
