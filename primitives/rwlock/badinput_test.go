@@ -38,7 +38,7 @@ func TestBadInputsWriteNothing(t *testing.T) {
 	// Keys holding foreign values, and a live lease to show that refused
 	// calls leave it alone.
 	s.MustCmd(t, "SET", "p:str", "x")
-	s.MustCmd(t, "SET", "p:__coordhost:rw-writers:{w}", "x")
+	s.MustCmd(t, "SET", "p:__coordhost:rw-writers:!{w}", "x")
 	held, err := l.TryAcquireRead(ctx, "held", time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,9 @@ import (
 
 // writersKey is the pending-writer key of key (no prefix, no hash tag).
 func writersKey(key string) string {
+	if strings.HasPrefix(key, "{") {
+		return "__coordhost:rw-writers:!" + key // escaped, see keys.Space.Derived
+	}
 	if strings.Contains(key, "{") {
 		return "__coordhost:rw-writers:" + key
 	}
