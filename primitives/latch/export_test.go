@@ -5,7 +5,7 @@ package latch
 func LocalWaiters(ls *Latches, l *Latch) int {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if o := ls.outcomes[l.key+"\x00"+l.gen]; o != nil {
+	if o := ls.outcomes[l.waitID()]; o != nil {
 		return o.refs
 	}
 	return 0

@@ -177,9 +177,16 @@ type Latches struct {
 	closing chan struct{} // closed by Close: ends this Latches' waits
 	once    sync.Once
 
+	// queueTag makes this Latches' wait queues its own on a shared Waiter,
+	// so each queue's head re-reads at this Latches' RecheckInterval.
+	queueTag string
+
 	mu       sync.Mutex
-	outcomes map[string]*outcome // by key "\x00" generation, while local waiters wait
+	outcomes map[string]*outcome // by waitID, while local waiters wait
 }
+
+// latchesSeq numbers the Latches of a process (queueTag).
+var latchesSeq atomic.Uint64
 
 // New returns Latches on client. It sends nothing. Errors wrap
 // primitives.ErrInvalidOptions (and primitives.ErrInvalidTTL for a bad
@@ -189,7 +196,7 @@ func New(client rueidis.Client, opts Options) (*Latches, error) {
 		return nil, fmt.Errorf("%w: latch: nil rueidis client", primitives.ErrInvalidOptions)
 	}
 	ls := &Latches{client: client, space: keys.Space{Prefix: opts.Prefix}, closing: make(chan struct{}),
-		outcomes: map[string]*outcome{}}
+		outcomes: map[string]*outcome{}, queueTag: "latch/" + strconv.FormatUint(latchesSeq.Add(1), 10) + "/"}
 	switch ttl := opts.TTL; {
 	case ttl == NoExpiry:
 		ls.ttlMs = "0"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
@@ -38,7 +39,7 @@ func (l *Latch) Wait(ctx context.Context) (bool, error) {
 	if ls.isClosed() {
 		return false, fmt.Errorf("%s: wait: %w", l.describe(), primitives.ErrClosed)
 	}
-	id := l.key + "\x00" + l.gen
+	id := l.waitID()
 	o := ls.share(id)
 	defer ls.unshare(id, o)
 	if v, ok := ls.known(o); ok {
@@ -165,4 +166,11 @@ func (ls *Latches) learn(o *outcome, v bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	o.known, o.value = true, v
+}
+
+// waitID names the local waiters of l's generation: unambiguous (the key's
+// length first, since keys and generations may hold any byte) and this
+// Latches' own (its queueTag).
+func (l *Latch) waitID() string {
+	return l.ls.queueTag + strconv.Itoa(len(l.key)) + ":" + l.key + l.gen
 }
