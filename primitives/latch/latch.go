@@ -238,7 +238,9 @@ func New(client rueidis.Client, opts Options) (*Latches, error) {
 
 // Close ends the Latches: blocked Wait calls return an error matching
 // primitives.ErrClosed, and so do later Create, Reset, Join, Attach and
-// Wait calls. CountDown, Count and Delete on handles already made keep
+// Wait calls. A Wait whose read is in flight at that moment returns when
+// the read does (bounded by its ctx and the client's timeouts), not at
+// once. CountDown, Count and Delete on handles already made keep
 // working (they need only the client). It closes the private Waiter (not
 // one given in Options.Waiter), never the client. Idempotent.
 func (ls *Latches) Close() error {
