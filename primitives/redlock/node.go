@@ -143,11 +143,13 @@ func (g *Group) learn(n *node, id identity, at time.Time) {
 		return // identified meanwhile (a restart seen by an acquisition)
 	}
 	n.runID, n.replID, n.lastErr = id.runID, id.replID, nil
-	if span := g.guardSpan(); !g.noGuard && id.uptime < span {
-		// INFO's uptime is whole seconds, rounded down: the server started
-		// at most at-uptime ago, so every grant it may have forgotten ends
-		// by at-uptime+span.
-		n.trustFrom = at.Add(span - id.uptime)
+	if sit := g.guardSpan() + time.Second - id.uptime; !g.noGuard && sit > 0 {
+		// INFO's uptime_in_seconds is the server's wall-clock seconds now
+		// minus its whole seconds at start, so it can overstate the real
+		// uptime by almost a second (a start at .900 reads 1 a tenth of a
+		// second later). The server started at most uptime-1s ago, so
+		// every grant it may have forgotten ends by at-uptime+1s+span.
+		n.trustFrom = at.Add(sit)
 		g.reportRestart(n, n.trustFrom.Sub(at))
 	}
 }

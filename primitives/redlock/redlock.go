@@ -42,8 +42,10 @@
 // majority while the first still works (redsync issue #186). A node
 // therefore counts toward no quorum, and is sent no acquisition, while
 // it may have restarted within the last MaxTTL + drift: when it is first
-// identified with uptime_in_seconds below that (it is trusted once its
-// uptime reaches it), and for MaxTTL + drift after any acquisition finds
+// identified with uptime_in_seconds below that plus one second (it is
+// trusted once its uptime reaches it; the extra second covers the
+// server's whole-second rounding, which can overstate uptime by almost a
+// second), and for MaxTTL + drift after any acquisition finds
 // its run_id changed since the Group last saw it (a restart, or a
 // failover to another server behind the same address, found whenever it
 // happened; the acquire script compares run_id before it writes; a
@@ -297,6 +299,11 @@ func New(clients []rueidis.Client, opts Options) (*Group, error) {
 	}
 	if g.maxTTL, _, err = handle.Millis(g.maxTTL); err != nil {
 		return nil, bad("MaxTTL: %v", err)
+	}
+	if g.drift > g.maxTTL {
+		// A larger allowance leaves no lease valid, and a huge one
+		// overflows the validity arithmetic.
+		return nil, bad("Drift %v is above MaxTTL %v", g.drift, g.maxTTL)
 	}
 	if g.maxTTL <= g.driftOf(g.maxTTL) {
 		return nil, bad("MaxTTL %v leaves no validity after the drift allowance %v", g.maxTTL, g.driftOf(g.maxTTL))
