@@ -71,9 +71,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// NoExpiry, given as the ttl of TryAcquire, Acquire or Permit.Renew, makes
-// a permit that expires only when released. Any other ttl below 1ms is
-// refused with primitives.ErrInvalidTTL.
+// NoExpiry, given as the ttl of TryAcquire or Acquire, makes a permit that
+// expires only when released. Any other ttl below 1ms is refused with
+// primitives.ErrInvalidTTL, and so is NoExpiry given to Permit.Renew (a
+// renewal always sets a finite lifetime).
 const NoExpiry time.Duration = -1
 
 // MaxTTL is the longest finite ttl accepted: 100 years. A longer one fails
