@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -332,10 +331,7 @@ func (m LatchModel) Operations(ops []Op) ([]porcupine.Operation, error) {
 // porcupine.Ok (Illegal, or Unknown on timeout) is a failed check.
 func (m LatchModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return porcupine.Unknown, err
-	}
-	return porcupine.CheckOperationsTimeout(m.Model(), pops, timeout), nil
+	return checkOps(m.Model(), pops, err, timeout)
 }
 
 // Visualize checks again, computing the partial linearizations, and writes
@@ -343,20 +339,7 @@ func (m LatchModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResul
 // temporary directory); it returns the file's path.
 func (m LatchModel) Visualize(ops []Op, timeout time.Duration, dir string) (string, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return "", err
-	}
-	model := m.Model()
-	_, info := porcupine.CheckOperationsVerbose(model, pops, timeout)
-	f, err := os.CreateTemp(dir, "coordhost-latch-history-*.html")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := porcupine.Visualize(model, info, f); err != nil {
-		return "", err
-	}
-	return f.Name(), nil
+	return visualizeOps(m.Model(), pops, err, timeout, dir, "latch")
 }
 
 // EarlyWake is a Wait that returned true for a generation before enough

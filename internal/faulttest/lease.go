@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -453,10 +452,7 @@ func (m LeaseModel) Operations(ops []Op) ([]porcupine.Operation, error) {
 // porcupine.Ok (Illegal, or Unknown on timeout) is a failed check.
 func (m LeaseModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return porcupine.Unknown, err
-	}
-	return porcupine.CheckOperationsTimeout(m.Model(), pops, timeout), nil
+	return checkOps(m.Model(), pops, err, timeout)
 }
 
 // Visualize checks again, computing the partial linearizations, and writes
@@ -464,20 +460,7 @@ func (m LeaseModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResul
 // empty). It returns the file's path.
 func (m LeaseModel) Visualize(ops []Op, timeout time.Duration, dir string) (string, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return "", err
-	}
-	model := m.Model()
-	_, info := porcupine.CheckOperationsVerbose(model, pops, timeout)
-	f, err := os.CreateTemp(dir, "coordhost-lease-history-*.html")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := porcupine.Visualize(model, info, f); err != nil {
-		return "", err
-	}
-	return f.Name(), nil
+	return visualizeOps(m.Model(), pops, err, timeout, dir, "lease")
 }
 
 // Overlap is two grants whose holders certainly held the lease at once.

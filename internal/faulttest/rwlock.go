@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -370,10 +369,7 @@ func (m RWModel) Operations(ops []Op) ([]porcupine.Operation, error) {
 // porcupine.Ok (Illegal, or Unknown on timeout) is a failed check.
 func (m RWModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return porcupine.Unknown, err
-	}
-	return porcupine.CheckOperationsTimeout(m.Model(), pops, timeout), nil
+	return checkOps(m.Model(), pops, err, timeout)
 }
 
 // Visualize checks again, computing the partial linearizations, and writes
@@ -381,18 +377,5 @@ func (m RWModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, 
 // empty). It returns the file's path.
 func (m RWModel) Visualize(ops []Op, timeout time.Duration, dir string) (string, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return "", err
-	}
-	model := m.Model()
-	_, info := porcupine.CheckOperationsVerbose(model, pops, timeout)
-	f, err := os.CreateTemp(dir, "coordhost-rwlock-history-*.html")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := porcupine.Visualize(model, info, f); err != nil {
-		return "", err
-	}
-	return f.Name(), nil
+	return visualizeOps(m.Model(), pops, err, timeout, dir, "rwlock")
 }

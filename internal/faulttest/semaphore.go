@@ -243,10 +243,7 @@ func (m SemaphoreModel) Operations(ops []Op) ([]porcupine.Operation, error) {
 // porcupine.Ok is a failed check.
 func (m SemaphoreModel) Check(ops []Op, timeout time.Duration) (porcupine.CheckResult, error) {
 	pops, err := m.Operations(ops)
-	if err != nil {
-		return porcupine.Unknown, err
-	}
-	return porcupine.CheckOperationsTimeout(m.Model(), pops, timeout), nil
+	return checkOps(m.Model(), pops, err, timeout)
 }
 
 // DefiniteExcess is a check independent of porcupine: a holder whose
