@@ -22,30 +22,14 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// faultTap is a rueidis client that notes the generation token of every
-// latch_set call (Create, Reset) before sending it.
-type faultTap struct {
-	rueidis.Client
-	mu   sync.Mutex
-	sent []string
-}
-
-func (c *faultTap) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if args := cmd.Commands(); len(args) >= 6 && (args[0] == "EVALSHA" || args[0] == "EVAL") && args[2] == "1" &&
+// latchSetGeneration is a faulttest.Tap Pick: the generation token of a
+// latch_set call (Create, Reset), else "".
+func latchSetGeneration(args []string) string {
+	if len(args) >= 6 && (args[0] == "EVALSHA" || args[0] == "EVAL") && args[2] == "1" &&
 		(args[4] == "create" || args[4] == "reset") {
-		c.mu.Lock()
-		c.sent = append(c.sent, strings.Clone(args[5]))
-		c.mu.Unlock()
+		return strings.Clone(args[5])
 	}
-	return c.Client.Do(ctx, cmd)
-}
-
-func (c *faultTap) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.sent
-	c.sent = nil
-	return out
+	return ""
 }
 
 // faultWaiter is how the harness waits: the real Latch.Wait, or the
@@ -99,7 +83,7 @@ type faultRun struct {
 	h       *faulttest.History
 	proxies []*faulttest.Proxy
 	lss     []*latch.Latches
-	taps    []*faultTap
+	taps    []*faulttest.Tap
 	keys    []string
 
 	mu          sync.Mutex
@@ -113,7 +97,7 @@ type faultRun struct {
 func runLatchFaults(t *testing.T, target latchFaultTarget, cfg latchFaultConfig) *latchFaultResult {
 	t.Helper()
 	r := &faultRun{cfg: cfg, h: faulttest.NewHistory(), counts: map[string]int{}, gens: map[string][]string{},
-		proxies: make([]*faulttest.Proxy, cfg.clients), lss: make([]*latch.Latches, cfg.clients), taps: make([]*faultTap, cfg.clients)}
+		proxies: make([]*faulttest.Proxy, cfg.clients), lss: make([]*latch.Latches, cfg.clients), taps: make([]*faulttest.Tap, cfg.clients)}
 	proxies, lss, taps := r.proxies, r.lss, r.taps
 	for i := range proxies {
 		proxies[i] = faulttest.New(t)
@@ -121,7 +105,7 @@ func runLatchFaults(t *testing.T, target latchFaultTarget, cfg latchFaultConfig)
 			o.DisableRetry = true
 			o.ClientName = "coordhost-fault"
 		})
-		taps[i] = &faultTap{Client: c}
+		taps[i] = &faulttest.Tap{Client: c, Pick: latchSetGeneration}
 		ls, err := latch.New(taps[i], latch.Options{TTL: 10 * time.Minute, RecheckInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -256,7 +240,7 @@ func (r *faultRun) set(id int, kind faulttest.LatchKind, key string, n int64) {
 		l, err = r.lss[id].Reset(ctx, key, n)
 	}
 	cancel()
-	sent := r.taps[id].take()
+	sent := r.taps[id].Take()
 	for _, g := range sent[min(1, len(sent)):] {
 		if g != sent[0] { // EVALSHA then EVAL after NOSCRIPT send one token twice
 			r.harnessErr("one %v sent generations %q and %q", kind, sent[0], g)

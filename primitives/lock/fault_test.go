@@ -49,7 +49,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,53 +85,9 @@ type faultHandle interface {
 	Release(ctx context.Context) (primitives.ReleaseResult, error)
 }
 
-// faultTap is a rueidis client that notes the token of every acquire
-// script call (the one whose keys include the grant log) before sending it.
-type faultTap struct {
-	rueidis.Client
-	grants string
-	mu     sync.Mutex
-	sent   []string
-}
-
-func (c *faultTap) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if tok := faultAcquireToken(cmd.Commands(), c.grants); tok != "" {
-		c.mu.Lock()
-		c.sent = append(c.sent, tok)
-		c.mu.Unlock()
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
-// faultAcquireToken returns ARGV[1] of an EVAL/EVALSHA whose keys include
-// grants, else "".
-func faultAcquireToken(args []string, grants string) string {
-	if len(args) < 3 || (args[0] != "EVALSHA" && args[0] != "EVAL") {
-		return ""
-	}
-	n, err := strconv.Atoi(args[2])
-	if err != nil || len(args) <= 3+n {
-		return ""
-	}
-	for _, k := range args[3 : 3+n] {
-		if k == grants {
-			return strings.Clone(args[3+n])
-		}
-	}
-	return ""
-}
-
-func (c *faultTap) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.sent
-	c.sent = nil
-	return out
-}
-
 type faultRealLock struct {
 	l   *lock.Locker
-	tap *faultTap
+	tap *faulttest.Tap
 	key string
 	ttl time.Duration
 }
@@ -145,7 +100,7 @@ func (r *faultRealLock) tryAcquire(ctx context.Context) (faultHandle, error) {
 	return lk, nil
 }
 
-func (r *faultRealLock) sentTokens() []string { return r.tap.take() }
+func (r *faultRealLock) sentTokens() []string { return r.tap.Take() }
 func (r *faultRealLock) close()               { r.l.Close() }
 
 func faultGrantKey(t *testing.T, key string) string {
@@ -158,7 +113,7 @@ func faultGrantKey(t *testing.T, key string) string {
 }
 
 func newFaultRealLock(t *testing.T, c rueidis.Client, key string, ttl time.Duration) faultLock {
-	tap := &faultTap{Client: c, grants: faultGrantKey(t, key)}
+	tap := &faulttest.Tap{Client: c, Pick: faulttest.ScriptArgWithKey(faultGrantKey(t, key))}
 	l, err := lock.New(tap, lock.Options{Fencing: true})
 	if err != nil {
 		t.Fatal(err)

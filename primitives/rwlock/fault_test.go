@@ -30,7 +30,6 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,39 +44,6 @@ import (
 	"github.com/coordhost/coordhost/primitives/rwlock"
 	"github.com/redis/rueidis"
 )
-
-// faultTap is a rueidis client that notes the token (ARGV[1]) of every
-// acquire script call, the one whose keys include the grant log, before
-// sending it.
-type faultTap struct {
-	rueidis.Client
-	grants string
-	mu     sync.Mutex
-	sent   []string
-}
-
-func (c *faultTap) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	if args := cmd.Commands(); len(args) > 3 && (args[0] == "EVALSHA" || args[0] == "EVAL") {
-		if n, err := strconv.Atoi(args[2]); err == nil && len(args) > 3+n {
-			for _, k := range args[3 : 3+n] {
-				if k == c.grants {
-					c.mu.Lock()
-					c.sent = append(c.sent, strings.Clone(args[3+n]))
-					c.mu.Unlock()
-				}
-			}
-		}
-	}
-	return c.Client.Do(ctx, cmd)
-}
-
-func (c *faultTap) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.sent
-	c.sent = nil
-	return out
-}
 
 type faultConfig struct {
 	clients   int
@@ -146,14 +112,14 @@ func runFaultHistory(t *testing.T, target faultTarget, cfg faultConfig) *faultRe
 	h := faulttest.NewHistory()
 	proxies := make([]*faulttest.Proxy, cfg.clients)
 	lockers := make([]*rwlock.Locker, cfg.clients)
-	taps := make([]*faultTap, cfg.clients)
+	taps := make([]*faulttest.Tap, cfg.clients)
 	for i := range proxies {
 		proxies[i] = faulttest.New(t)
 		c := target.client(t, proxies[i].Option(), func(o *rueidis.ClientOption) {
 			o.DisableRetry = true
 			o.ClientName = "coordhost-fault"
 		})
-		taps[i] = &faultTap{Client: c, grants: grantsKey}
+		taps[i] = &faulttest.Tap{Client: c, Pick: faulttest.ScriptArgWithKey(grantsKey)}
 		l, err := rwlock.New(taps[i], rwlock.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -233,7 +199,7 @@ func runFaultHistory(t *testing.T, target faultTarget, cfg faultConfig) *faultRe
 				ctx, cancel := context.WithTimeout(context.Background(), cfg.opTimeout)
 				lease, err := try(ctx, key, cfg.ttl)
 				cancel()
-				sent := tap.take()
+				sent := tap.Take()
 				tok := ""
 				if len(sent) > 0 {
 					tok = sent[0]

@@ -57,31 +57,12 @@ type faultPermit interface {
 	Release(ctx context.Context) (primitives.ReleaseResult, error)
 }
 
-// faultTap notes the token of every acquire script call (the one whose
-// keys include the grant log) before sending it, on the client and on its
-// dedicated connections.
-type faultTap struct {
-	rueidis.Client
-	grants string
-	mu     sync.Mutex
-	sent   []string
-}
-
-func (c *faultTap) note(cmd rueidis.Completed) {
-	if tok := faultAcquireToken(cmd.Commands(), c.grants); tok != "" {
-		c.mu.Lock()
-		c.sent = append(c.sent, tok)
-		c.mu.Unlock()
-	}
-}
-
-func (c *faultTap) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.note(cmd)
-	return c.Client.Do(ctx, cmd)
-}
+// faultTap is a faulttest.Tap that also notes the commands sent on its
+// dedicated connections, where the semaphore's fenced acquires run.
+type faultTap struct{ faulttest.Tap }
 
 func (c *faultTap) Dedicate() (rueidis.DedicatedClient, func()) {
-	d, cancel := c.Client.Dedicate()
+	d, cancel := c.Tap.Client.Dedicate()
 	return &faultTapDedicated{DedicatedClient: d, tap: c}, cancel
 }
 
@@ -91,32 +72,8 @@ type faultTapDedicated struct {
 }
 
 func (d *faultTapDedicated) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	d.tap.note(cmd)
+	d.tap.Note(cmd)
 	return d.DedicatedClient.Do(ctx, cmd)
-}
-
-func faultAcquireToken(args []string, grants string) string {
-	if len(args) < 3 || (args[0] != "EVALSHA" && args[0] != "EVAL") {
-		return ""
-	}
-	n, err := strconv.Atoi(args[2])
-	if err != nil || len(args) <= 3+n {
-		return ""
-	}
-	for _, k := range args[3 : 3+n] {
-		if k == grants {
-			return strings.Clone(args[3+n])
-		}
-	}
-	return ""
-}
-
-func (c *faultTap) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.sent
-	c.sent = nil
-	return out
 }
 
 func faultGrantKey(t testing.TB, key string) string {
@@ -144,11 +101,11 @@ func (r *faultRealSem) tryAcquire(ctx context.Context) (faultPermit, error) {
 	return p, nil
 }
 
-func (r *faultRealSem) sentTokens() []string { return r.tap.take() }
+func (r *faultRealSem) sentTokens() []string { return r.tap.Take() }
 func (r *faultRealSem) close()               { r.s.Close() }
 
 func newFaultRealSem(t *testing.T, c rueidis.Client, key string, capacity int, ttl time.Duration) faultSem {
-	tap := &faultTap{Client: c, grants: faultGrantKey(t, key)}
+	tap := &faultTap{faulttest.Tap{Client: c, Pick: faulttest.ScriptArgWithKey(faultGrantKey(t, key))}}
 	s, err := semaphore.New(tap, semaphore.Options{})
 	if err != nil {
 		t.Fatal(err)
