@@ -161,14 +161,7 @@ func (r *report) sectionPrev(w func(string, ...any)) {
 		w("\n")
 	}
 	w("\nRedis CPU per cycle, median µs, previous → this run:\n\n| implementation |")
-	for _, c := range o.concs {
-		w(" %d goroutine%s |", c, plural(c))
-	}
-	w("\n|---|")
-	for range o.concs {
-		w("---:|")
-	}
-	w("\n")
+	concColumns(w, o.concs)
 	for _, k := range kinds() {
 		w("| %s |", k.name)
 		for _, c := range o.concs {

@@ -399,14 +399,7 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 	w("Cycles/s (one cycle = one non-waiting acquire + one release), N goroutines each on its own key, all on one client per implementation. Median of %d × %v; ratio vs the raw rueidis baseline; [min–max] over the repetitions.\n\n", o.reps, o.dur)
 	w("Since commit ffcbb96, `coordhost` (Fencing off) sends a plain `SET NX GET PX` as the first attempt of an acquire (one round trip also when the key is held; the acquire script runs only for waiting attempts), so in this uncontended loop it sends the same number of commands as raw rueidis. `raw rueidis, Lua acquire` keeps the script-first shape every coordhost acquire had before (results from before the change: `git show d5f3721:bench/RESULTS.md`). Both fenced rows still run the script on every acquire.\n\n")
 	w("| implementation |")
-	for _, c := range o.concs {
-		w(" %d goroutine%s |", c, plural(c))
-	}
-	w("\n|---|")
-	for range o.concs {
-		w("---:|")
-	}
-	w("\n")
+	concColumns(w, o.concs)
 	var errNotes []string
 	noisy := false
 	for _, k := range kinds() {
@@ -441,14 +434,7 @@ func (r *report) sectionThroughput(w func(string, ...any)) {
 	}
 	w("\nCPU per cycle, median µs: Redis server (`INFO cpu`) / the benchmark process (getrusage, all goroutines and client libraries; the other implementations' idle clients add next to nothing). Shows where each implementation spends: server-side scripts vs client-side work.\n\n")
 	w("| implementation |")
-	for _, c := range o.concs {
-		w(" %d goroutine%s |", c, plural(c))
-	}
-	w("\n|---|")
-	for range o.concs {
-		w("---:|")
-	}
-	w("\n")
+	concColumns(w, o.concs)
 	for _, k := range kinds() {
 		w("| %s |", k.name)
 		for _, c := range o.concs {
@@ -681,6 +667,19 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%s%.0fms", neg, float64(d)/1e6)
 	}
 	return neg + d.Round(100*time.Millisecond).String()
+}
+
+// concColumns ends a table's header row after its first column: one
+// column per goroutine count, then the separator row.
+func concColumns(w func(string, ...any), concs []int) {
+	for _, c := range concs {
+		w(" %d goroutine%s |", c, plural(c))
+	}
+	w("\n|---|")
+	for range concs {
+		w("---:|")
+	}
+	w("\n")
 }
 
 func plural(n int) string {

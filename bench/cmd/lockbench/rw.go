@@ -317,14 +317,7 @@ func (i *rawPrimImpl) Close() { i.client.Close() }
 func (r *report) primTable(w func(string, ...any), rows []primRow, res primResults) {
 	o := r.opts
 	w("| implementation |")
-	for _, c := range o.concs {
-		w(" %d goroutine%s |", c, plural(c))
-	}
-	w("\n|---|")
-	for range o.concs {
-		w("---:|")
-	}
-	w("\n")
+	concColumns(w, o.concs)
 	var errNotes []string
 	for _, row := range rows {
 		w("| %s |", row.name)
@@ -348,14 +341,7 @@ func (r *report) primTable(w func(string, ...any), rows []primRow, res primResul
 		w("\n")
 	}
 	w("\nCPU per cycle, median µs: Redis (`INFO cpu`) / the benchmark process (getrusage).\n\n| implementation |")
-	for _, c := range o.concs {
-		w(" %d goroutine%s |", c, plural(c))
-	}
-	w("\n|---|")
-	for range o.concs {
-		w("---:|")
-	}
-	w("\n")
+	concColumns(w, o.concs)
 	for _, row := range rows {
 		w("| %s |", row.name)
 		for _, c := range o.concs {
