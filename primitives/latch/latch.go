@@ -225,13 +225,9 @@ func New(client rueidis.Client, opts Options) (*Latches, error) {
 	default:
 		ls.recheck = r
 	}
-	if opts.Waiter == nil {
-		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
-	} else {
-		ls.engine = (*wait.Engine)(opts.Waiter)
-		if err := ls.engine.Usable(client); err != nil {
-			return nil, fmt.Errorf("latch: Options.Waiter: %w", err)
-		}
+	var err error
+	if ls.engine, ls.owns, err = wait.For(client, (*wait.Engine)(opts.Waiter)); err != nil {
+		return nil, fmt.Errorf("latch: Options.Waiter: %w", err)
 	}
 	return ls, nil
 }

@@ -142,13 +142,8 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 		fieldExpiry: probe.Feature{Commands: []string{"hpexpire", "hpttl"}},
 		clk:         clock.Real,
 	}
-	if opts.Waiter == nil {
-		ls.engine, ls.owns = wait.New(client, wait.Options{}), true
-	} else {
-		ls.engine = (*wait.Engine)(opts.Waiter)
-		if err := ls.engine.Usable(client); err != nil {
-			return nil, fmt.Errorf("lease: Options.Waiter: %w", err)
-		}
+	if ls.engine, ls.owns, err = wait.For(client, (*wait.Engine)(opts.Waiter)); err != nil {
+		return nil, fmt.Errorf("lease: Options.Waiter: %w", err)
 	}
 	return ls, nil
 }

@@ -183,13 +183,8 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Waiter == nil {
-		l.engine, l.ownsEngine = wait.New(client, wait.Options{}), true
-	} else {
-		l.engine = (*wait.Engine)(opts.Waiter)
-		if err := l.engine.Usable(client); err != nil {
-			return nil, fmt.Errorf("lock: Options.Waiter: %w", err)
-		}
+	if l.engine, l.ownsEngine, err = wait.For(client, (*wait.Engine)(opts.Waiter)); err != nil {
+		return nil, fmt.Errorf("lock: Options.Waiter: %w", err)
 	}
 	return l, nil
 }

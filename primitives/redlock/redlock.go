@@ -317,14 +317,10 @@ func New(clients []rueidis.Client, opts Options) (*Group, error) {
 		if opts.Waiters != nil {
 			w = opts.Waiters[i]
 		}
-		if w == nil {
-			nd.engine, nd.owns = wait.New(c, wait.Options{}), true
-		} else {
-			nd.engine = (*wait.Engine)(w)
-			if err := nd.engine.Usable(c); err != nil {
-				g.closeEngines()
-				return nil, fmt.Errorf("redlock: Options.Waiters[%d]: %w", i, err)
-			}
+		var err error
+		if nd.engine, nd.owns, err = wait.For(c, (*wait.Engine)(w)); err != nil {
+			g.closeEngines()
+			return nil, fmt.Errorf("redlock: Options.Waiters[%d]: %w", i, err)
 		}
 		g.nodes = append(g.nodes, nd)
 	}

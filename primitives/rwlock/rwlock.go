@@ -212,13 +212,8 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 		cleanups:  cleanups{closing: make(chan struct{})},
 		clk:       clock.Real,
 	}
-	if opts.Waiter == nil {
-		l.engine, l.ownsEngine = wait.New(client, wait.Options{}), true
-	} else {
-		l.engine = (*wait.Engine)(opts.Waiter)
-		if err := l.engine.Usable(client); err != nil {
-			return nil, fmt.Errorf("rwlock: Options.Waiter: %w", err)
-		}
+	if l.engine, l.ownsEngine, err = wait.For(client, (*wait.Engine)(opts.Waiter)); err != nil {
+		return nil, fmt.Errorf("rwlock: Options.Waiter: %w", err)
 	}
 	return l, nil
 }

@@ -214,13 +214,8 @@ func New(client rueidis.Client, opts Options) (*Semaphores, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if opts.Waiter == nil {
-		s.engine, s.owns = wait.New(client, wait.Options{}), true
-	} else {
-		s.engine = (*wait.Engine)(opts.Waiter)
-		if err := s.engine.Usable(client); err != nil {
-			return nil, fmt.Errorf("semaphore: Options.Waiter: %w", err)
-		}
+	if s.engine, s.owns, err = wait.For(client, (*wait.Engine)(opts.Waiter)); err != nil {
+		return nil, fmt.Errorf("semaphore: Options.Waiter: %w", err)
 	}
 	return s, nil
 }

@@ -500,6 +500,20 @@ func (e *Engine) Queued(queue string) bool {
 	return q != nil && len(q.waiters) > 0
 }
 
+// For returns the engine a primitive on client waits on: shared when it is
+// not nil (it must be Usable with client), else a new private one, which
+// the primitive owns and closes. Call it last in a constructor, so that no
+// later error leaks a private engine.
+func For(client rueidis.Client, shared *Engine) (e *Engine, owned bool, err error) {
+	if shared == nil {
+		return New(client, Options{}), true, nil
+	}
+	if err := shared.Usable(client); err != nil {
+		return nil, false, err
+	}
+	return shared, false, nil
+}
+
 // Usable checks that the engine can serve a primitive on client: made by
 // New for that very client (its re-attempts run on the client or on its
 // own connection to the same server) and not closed.
