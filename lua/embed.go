@@ -58,6 +58,19 @@ var (
 	SemaphoreVerify  = semaphoreVerify
 )
 
+// Rate-limit scripts (primitives/ratelimit), after args.lua and
+// ratelimit_lib.lua.
+var (
+	RateLimitFixed   = args + ratelimitLib + ratelimitFixed
+	RateLimitSliding = args + ratelimitLib + ratelimitSliding
+	RateLimitBucket  = args + ratelimitLib + ratelimitBucket
+)
+
+// MaxCount is the largest limit or permit count the rate-limit scripts
+// accept (MAX_COUNT in ratelimit_lib.lua): sums of counts stay exact in a
+// Lua double.
+const MaxCount = 1_000_000_000_000_000
+
 // MaxTTLMillis is the longest lease, in milliseconds, that args.lua accepts
 // (MAX_TTL_MS there). The primitives refuse longer TTLs before sending.
 const MaxTTLMillis = 3_153_600_000_000 // 100 years of 365 days
@@ -113,4 +126,12 @@ var (
 	semaphoreRenew string
 	//go:embed semaphore_verify.lua
 	semaphoreVerify string
+	//go:embed ratelimit_lib.lua
+	ratelimitLib string
+	//go:embed ratelimit_fixed.lua
+	ratelimitFixed string
+	//go:embed ratelimit_sliding.lua
+	ratelimitSliding string
+	//go:embed ratelimit_bucket.lua
+	ratelimitBucket string
 )

@@ -22,3 +22,18 @@ func TestMaxTTLMatchesScripts(t *testing.T) {
 		t.Fatalf("MaxTTLMillis %d is too large for the scripts", int64(MaxTTLMillis))
 	}
 }
+
+// MaxCount and ratelimit_lib.lua's MAX_COUNT must agree, and sums of two
+// counts must stay exact in a Lua double.
+func TestMaxCountMatchesScripts(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local MAX_COUNT = ([0-9]+)$`).FindStringSubmatch(ratelimitLib)
+	if m == nil {
+		t.Fatal("ratelimit_lib.lua has no MAX_COUNT line")
+	}
+	if n, _ := strconv.ParseInt(m[1], 10, 64); n != MaxCount {
+		t.Fatalf("ratelimit_lib.lua MAX_COUNT = %d, MaxCount = %d", n, int64(MaxCount))
+	}
+	if 2*MaxCount >= 1<<53 {
+		t.Fatalf("MaxCount %d is too large for the scripts", int64(MaxCount))
+	}
+}

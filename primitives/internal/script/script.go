@@ -58,6 +58,10 @@ const (
 	// CodeUnsupported is COORDHOST_UNSUPPORTED: the server lacks a
 	// command the script needs (found before any write).
 	CodeUnsupported
+	// CodeWrongKind is COORDHOST_WRONGKIND: a key holds a value of the
+	// right Redis type that the primitive did not write (e.g. another
+	// rate-limit algorithm's state).
+	CodeWrongKind
 	// CodeBadArg is COORDHOST_BADARG: the script refused an argument
 	// before writing anything (the callers validate first, so this means
 	// a caller's bug).
@@ -89,7 +93,7 @@ func (s *Script) Classify(err error) error {
 	for _, c := range []struct {
 		word string
 		code Code
-	}{{"COORDHOST_BADCOUNTER", CodeBadCounter}, {"COORDHOST_KEYTTL", CodeKeyTTL}, {"COORDHOST_BADARG", CodeBadArg}, {"COORDHOST_UNSUPPORTED", CodeUnsupported}} {
+	}{{"COORDHOST_BADCOUNTER", CodeBadCounter}, {"COORDHOST_KEYTTL", CodeKeyTTL}, {"COORDHOST_BADARG", CodeBadArg}, {"COORDHOST_UNSUPPORTED", CodeUnsupported}, {"COORDHOST_WRONGKIND", CodeWrongKind}} {
 		if i := strings.Index(msg, c.word); i >= 0 {
 			return &Error{Script: s.name, Code: c.code, Msg: strings.TrimSpace(msg[i+len(c.word):])}
 		}

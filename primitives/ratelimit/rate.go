@@ -1,0 +1,58 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Allow reports whether one permit is granted now: TryAcquire(ctx, 1)
+// without its details. An error counts as not allowed (fail closed); call
+// TryAcquire to tell the two apart.
+func (l *Limiter) Allow(ctx context.Context) bool { return l.AllowN(ctx, 1) }
+
+// AllowN reports whether n permits are granted now, as Allow does for one.
+func (l *Limiter) AllowN(ctx context.Context, n int64) bool {
+	res, err := l.TryAcquire(ctx, n)
+	return err == nil && res.Acquired
+}
+
+// Wait blocks until one permit is granted: WaitN(ctx, 1).
+func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
+
+// WaitN blocks until n permits are granted, like x/time/rate's WaitN: it
+// calls Acquire (which queues when the options allow), and when that is
+// refused (no queue, or a full one) sleeps for the RetryAfter the server
+// gave and tries again. It returns nil once granted.
+//
+// Errors: ErrExceedsLimit (n is more than the limit), ErrWouldExceedDeadline
+// (a refusal's RetryAfter ends after ctx's deadline; returned at once, as
+// x/time/rate does), ctx.Err(), primitives.ErrClosed, and those of
+// Acquire.
+func (l *Limiter) WaitN(ctx context.Context, n int64) error {
+	for {
+		res, err := l.Acquire(ctx, n)
+		if err != nil {
+			return err
+		}
+		if res.Acquired {
+			return nil
+		}
+		if res.RetryAfter <= 0 {
+			return fmt.Errorf("%w: %d permits, limit %d on %q", ErrExceedsLimit, n, l.policy.Limit, l.key)
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < res.RetryAfter {
+			return fmt.Errorf("%w: %q has %d permits back in %v", ErrWouldExceedDeadline, l.key, n, res.RetryAfter)
+		}
+		t := l.ls.clk.NewTimer(res.RetryAfter)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-l.closed:
+			t.Stop()
+			return l.closedErr()
+		}
+	}
+}
