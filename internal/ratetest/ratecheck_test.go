@@ -1,4 +1,4 @@
-package ratecheck
+package ratetest
 
 import (
 	"testing"

@@ -1,9 +1,9 @@
-// Package ratecheck measures rate limiters from outside: given the
+// Package ratetest measures rate limiters from outside: given the
 // instants at which permits were granted (by every client of one limiter,
 // merged), it finds the most grants in any interval of a length, which is
 // what a limit promises to bound. Used by the precision tests and by the
 // benchmarks' side-by-side precision table.
-package ratecheck
+package ratetest
 
 import (
 	"slices"
