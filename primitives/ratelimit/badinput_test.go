@@ -46,7 +46,10 @@ func TestConstructorsRefuseBadOptions(t *testing.T) {
 		says string
 	}{
 		{"nil Limiters", func() error { _, err := nilLs.FixedWindow("k", okFW); return err }, primitives.ErrInvalidOptions, "nil"},
-		{"zero Limiters", func() error { _, err := (&ratelimit.Limiters{}).SlidingWindow("k", ratelimit.SlidingWindowOptions{Limit: 1, Window: time.Second}); return err }, primitives.ErrInvalidOptions, "zero"},
+		{"zero Limiters", func() error {
+			_, err := (&ratelimit.Limiters{}).SlidingWindow("k", ratelimit.SlidingWindowOptions{Limit: 1, Window: time.Second})
+			return err
+		}, primitives.ErrInvalidOptions, "zero"},
 		{"empty key", func() error { _, err := ls.FixedWindow("", okFW); return err }, primitives.ErrInvalidKey, "empty"},
 		{"reserved key", func() error { _, err := ls.FixedWindow("__coordhost:x", okFW); return err }, primitives.ErrInvalidKey, "reserved"},
 		{"fixed: limit 0", fw(with(func(o *ratelimit.FixedWindowOptions) { o.Limit = 0 })), primitives.ErrInvalidOptions, "Limit 0"},
@@ -175,7 +178,9 @@ func TestBadCallsWriteNothing(t *testing.T) {
 			func(ctx context.Context, n int64) (ratelimit.Result, error) { return part.Acquire(ctx, "a", n) },
 		}, ctx, -1, ratelimit.ErrInvalidPermits},
 		{"partitioned: closed", []call{
-			func(ctx context.Context, n int64) (ratelimit.Result, error) { return closedPart.TryAcquire(ctx, "a", n) },
+			func(ctx context.Context, n int64) (ratelimit.Result, error) {
+				return closedPart.TryAcquire(ctx, "a", n)
+			},
 		}, ctx, 1, primitives.ErrClosed},
 		{"partitioned: New fails", []call{
 			func(ctx context.Context, n int64) (ratelimit.Result, error) { return failing.TryAcquire(ctx, "a", n) },
