@@ -35,6 +35,7 @@ local now = now_us()
 
 local h = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens, at
+local moved = false -- at was in the future and is now
 if not h[1] and not h[2] then
   if redis.call('EXISTS', KEYS[1]) == 1 then
     wrong_kind('the bucket has neither tokens nor at fields')
@@ -46,7 +47,7 @@ else
     wrong_kind('the bucket has unreadable tokens or at fields')
   end
   if tokens > limit then tokens = limit end
-  if at > now then at = now end
+  if at > now then at, moved = now, true end
   local periods = math.floor((now - at) / period)
   if periods > 0 then
     if periods >= math.ceil((limit - tokens) / per) then
@@ -63,13 +64,23 @@ local function next_refill()
   return at + period - now
 end
 
+local function store()
+  redis.call('HSET', KEYS[1], 'tokens', int(tokens), 'at', int(at))
+  expire_in(at + math.ceil((limit - tokens) / per) * period - now)
+end
+
 if tokens >= need then
   if consume > 0 then
     tokens = tokens - consume
-    redis.call('HSET', KEYS[1], 'tokens', int(tokens), 'at', int(at))
-    expire_in(at + math.ceil((limit - tokens) / per) * period - now)
+    store()
   end
   return {1, tokens, 0, next_refill(), now}
+end
+-- A refused call stores nothing, except a refill time it moved back from
+-- the future: left there, every call would move it again and the bucket
+-- would never refill.
+if moved and consume > 0 then
+  store()
 end
 local retry = at + math.ceil((need - tokens) / per) * period - now
 return {0, tokens, retry, next_refill(), now}

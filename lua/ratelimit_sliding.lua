@@ -32,10 +32,12 @@ local span = window * 1000
 local seg = math.floor(span / segments)
 local now = now_us()
 
+local current = (math.floor(now / seg) + 1) * seg -- this segment's end
 local flat = redis.call('HGETALL', KEYS[1])
 local used = 0
 local live = {}
 local dead = {}
+local ahead = 0 -- permits dated after the current segment (the server's clock went back)
 for i = 1, #flat, 2 do
   local e, n = whole(flat[i]), whole(flat[i + 1])
   if not e or not n then
@@ -43,33 +45,51 @@ for i = 1, #flat, 2 do
   end
   if e + span <= now then
     dead[#dead + 1] = flat[i]
+  elseif e > current then
+    -- Counted as if taken now: they still count for a whole window, and
+    -- do not hold the limiter shut for as long as the clock went back.
+    dead[#dead + 1] = flat[i]
+    ahead = ahead + n
+    used = used + n
   else
     used = used + n
     live[#live + 1] = {e, n}
   end
 end
+if ahead > 0 then
+  live[#live + 1] = {current, ahead}
+end
 table.sort(live, function(a, b) return a[1] < b[1] end)
+
+-- rewrite prunes the segments that ended a window ago, moves those dated
+-- ahead into the current one, and adds consume to it.
+local function rewrite(consume)
+  if #dead > 0 then
+    redis.call('HDEL', KEYS[1], unpack(dead))
+  end
+  if consume + ahead > 0 then
+    redis.call('HINCRBY', KEYS[1], int(current), consume + ahead)
+  end
+  expire_in(live[#live][1] + span - now)
+end
 
 if used + need <= limit then
   if consume > 0 then
-    local e = (math.floor(now / seg) + 1) * seg
-    if #dead > 0 then
-      redis.call('HDEL', KEYS[1], unpack(dead))
+    if #live == 0 or live[#live][1] < current then
+      live[#live + 1] = {current, 0}
     end
-    redis.call('HINCRBY', KEYS[1], int(e), consume)
-    local last = e
-    if #live > 0 and live[#live][1] > last then last = live[#live][1] end
-    expire_in(last + span - now)
-    if #live == 0 or e < live[1][1] then
-      table.insert(live, 1, {e, consume})
-    end
+    rewrite(consume)
   end
   local reset = 0
   if #live > 0 then reset = live[1][1] + span - now end
   return {1, limit - used - consume, 0, reset, now}
 end
 
--- Refused: the earliest time enough segments have ended.
+-- Refused: the earliest time enough segments have ended. Nothing is
+-- written unless segments dated ahead must be moved back.
+if ahead > 0 and consume > 0 then
+  rewrite(0)
+end
 local retry, freed = 0, used
 for i = 1, #live do
   freed = freed - live[i][2]
