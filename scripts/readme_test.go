@@ -21,6 +21,7 @@ var readmeExamples = []struct{ file, fn string }{
 	{"primitives/rwlock/example_test.go", "Example"},
 	{"primitives/semaphore/example_test.go", "Example"},
 	{"primitives/latch/example_test.go", "Example"},
+	{"primitives/ratelimit/example_test.go", "Example"},
 	{"host/example_test.go", "Example"},
 }
 
