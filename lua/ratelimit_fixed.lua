@@ -33,7 +33,9 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 
 local function until_reset()
-  if pttl < 0 then
+  if pttl == -2 then
+    return 0 -- no window open: nothing consumed
+  elseif pttl < 0 then
     return window * 1000
   end
   -- Redis expires a key once its time is strictly past the deadline.
