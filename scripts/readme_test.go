@@ -22,6 +22,7 @@ var readmeExamples = []struct{ file, fn string }{
 	{"primitives/semaphore/example_test.go", "Example"},
 	{"primitives/latch/example_test.go", "Example"},
 	{"primitives/ratelimit/example_test.go", "Example"},
+	{"primitives/ratelimit/example_http_test.go", "ExampleNewMiddleware"},
 	{"host/example_test.go", "Example"},
 }
 
