@@ -47,6 +47,16 @@
 // limit, slice or cut streams, but cannot let a request through and lose
 // exactly its reply).
 //
+// # INCREX
+//
+// IncrexShim is a loopback RESP server in front of a real Redis that gives
+// it Redis 8.8's INCREX, which no server in the test fleet has: it rewrites
+// INCREX into an EVAL of one Lua script on the same upstream connection
+// (atomic, and in order with pipelined commands and push messages) and
+// passes everything else through. SetMode makes it answer INCREX like a
+// server without it ("unknown command", in Redis 7's words) or like a
+// partial implementation ("syntax error").
+//
 // # Histories and the lease model
 //
 // History records operations with call and return times (monotonic, from
