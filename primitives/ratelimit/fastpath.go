@@ -138,9 +138,11 @@ func (l *Limiter) increx(ctx context.Context, n int64) (res Result, ok bool, err
 	if len(vals) != 2 {
 		return Result{}, false, fmt.Errorf("ratelimit: key %q: INCREX answered %d values, want 2", l.key, len(vals))
 	}
+	// [value, increment applied]: n when granted, 0 when refused (no
+	// SATURATE, so nothing in between).
 	value, err1 := vals[0].AsInt64()
 	applied, err2 := vals[1].AsInt64()
-	if err1 != nil || err2 != nil || value < 0 || applied < 0 || applied > 1 {
+	if err1 != nil || err2 != nil || value < 0 || (applied != 0 && applied != n) {
 		return Result{}, false, fmt.Errorf("ratelimit: key %q: INCREX answered an unreadable reply", l.key)
 	}
 	pttl, err := resps[1].AsInt64()
@@ -156,7 +158,7 @@ func (l *Limiter) increx(ctx context.Context, n int64) (res Result, ok bool, err
 	}
 	remaining := max(l.policy.Limit-value, 0)
 	l.available.Store(remaining)
-	res = Result{Acquired: applied == 1, Remaining: remaining, Limit: l.policy.Limit, Window: l.policy.Window}
+	res = Result{Acquired: applied == n, Remaining: remaining, Limit: l.policy.Limit, Window: l.policy.Window}
 	if pttl >= 0 {
 		// Redis expires a key once its time is strictly past the deadline.
 		res.ResetAfter = time.Duration(pttl+1) * time.Millisecond
