@@ -218,10 +218,8 @@ func (d *decoder) decodeRateLimit(b *hcl.Block) {
 		r.Window, windowOK = d.rateDuration(a, "window")
 	}
 	if a := at["segments"]; a != nil {
-		if n, ok := d.rateCount(a, "segments", 1, "A sliding window's segments divide it"); ok {
+		if n, ok := d.segments(a); ok {
 			switch {
-			case n > MaxRateLimitSegments:
-				d.errorAt(a, "Invalid segments", "A sliding window's segments must be a whole number from 1 to %d; got %d.", MaxRateLimitSegments, n)
 			case windowOK && time.Duration(n)*time.Millisecond > r.Window:
 				d.errorAt(a, "Invalid segments", "A sliding window of %v has at most %d segments (a segment is at least 1ms); got %d.", r.Window, r.Window.Milliseconds(), n)
 			default:
@@ -307,6 +305,24 @@ func (d *decoder) rateCount(a *hcl.Attribute, arg string, min int64, what string
 	n, acc := bf.Int64()
 	if !bf.IsInt() || acc != big.Exact || n < min || n > MaxRateLimit {
 		d.errorAt(a, "Invalid "+arg, "%s: a whole number from %d to %d; got %s.", what, min, int64(MaxRateLimit), bf.Text('f', -1))
+		return 0, false
+	}
+	return n, true
+}
+
+// segments decodes a sliding window's segments: a whole number in
+// [1, MaxRateLimitSegments]. (ratelimit takes 0 for the default; here the
+// default is asked for by leaving the argument out.)
+func (d *decoder) segments(a *hcl.Attribute) (int64, bool) {
+	v, ok := d.eval(a, cty.Number, true)
+	if !ok {
+		return 0, false
+	}
+	bf := v.AsBigFloat()
+	n, acc := bf.Int64()
+	if !bf.IsInt() || acc != big.Exact || n < 1 || n > MaxRateLimitSegments {
+		d.errorAt(a, "Invalid segments", "A sliding window's segments must be a whole number from 1 to %d (leave it out for the default, %d); got %s.",
+			MaxRateLimitSegments, DefaultRateLimitSegments, bf.Text('f', -1))
 		return 0, false
 	}
 	return n, true
