@@ -147,7 +147,11 @@ func (r *RateLimit) decide(ctx context.Context, attrs map[string]string, n int64
 		if err != nil {
 			return ratelimit.Result{}, err
 		}
-		return fn(nr.prim.Partitioned, ctx, key, n)
+		res, err := fn(nr.prim.Partitioned, ctx, key, n)
+		if err != nil {
+			return res, fmt.Errorf("rate_limit %q: %w", r.name, err)
+		}
+		return res, nil
 	})
 }
 
