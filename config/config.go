@@ -88,6 +88,21 @@
 //	  partition = policy.partition.NAME   # optional reference
 //	}
 //
+//	rate_limit "NAME" {           # a rate limit, one limiter per partition key (see RateLimit)
+//	  algorithm = "sliding_window"  # required: fixed_window | sliding_window | token_bucket
+//	  limit     = 100               # required: permits per window, or the bucket's size
+//	  window    = "1m"              # fixed_window, sliding_window: required; whole ms
+//	  segments  = 10                # sliding_window only; default 10
+//	  tokens_per_period = 10        # token_bucket only: required
+//	  period    = "1s"              # token_bucket only: required; whole ms
+//	  partition = policy.partition.NAME   # optional reference
+//	  queue {                       # optional: Acquire queues up to limit permits
+//	    limit = 20
+//	    order = "oldest_first"      # oldest_first (default) | newest_first
+//	  }
+//	  idle_timeout = "1m"           # a partition's limiter idle this long is dropped
+//	}
+//
 //	redlock "NAME" {
 //	  addresses    = ["a:6379", "b:6379", "c:6379"]  # required: an odd number >= 3 of independent servers, no two alike
 //	  ttl          = "10s"        # required; at most max_ttl, above the drift allowance and node_timeout
@@ -175,6 +190,8 @@ type Config struct {
 	Semaphores []*Semaphore
 	// Redlocks are the declared redlocks, in declaration order.
 	Redlocks []*Redlock
+	// RateLimits are the declared rate limits, in declaration order.
+	RateLimits []*RateLimit
 
 	files      map[string]*hcl.File
 	policies   map[policyKey]*Policy
@@ -182,6 +199,7 @@ type Config struct {
 	latches    map[string]*Latch
 	rwlocks    map[string]*RWLock
 	semaphores map[string]*Semaphore
+	rateLimits map[string]*RateLimit
 }
 
 type policyKey struct {

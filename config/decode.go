@@ -52,6 +52,7 @@ var (
 			{Type: "rwlock", LabelNames: []string{"name"}},
 			{Type: "semaphore", LabelNames: []string{"name"}},
 			{Type: "redlock", LabelNames: []string{"name"}},
+			{Type: "rate_limit", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -94,6 +95,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	d.cfg.latches = map[string]*Latch{}
 	d.cfg.rwlocks = map[string]*RWLock{}
 	d.cfg.semaphores = map[string]*Semaphore{}
+	d.cfg.rateLimits = map[string]*RateLimit{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -123,6 +125,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeSemaphore(b)
 		case "redlock":
 			d.decodeRedlock(b)
+		case "rate_limit":
+			d.decodeRateLimit(b)
 		}
 	}
 	d.resolveRefs()

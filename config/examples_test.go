@@ -93,6 +93,8 @@ func TestExampleFile(t *testing.T) {
 				Module:      filepath.Join(root, "plugins/examples/wasm/gostarve/gostarve.wasm"),
 				MemoryPages: 64, CallTimeout: 50 * time.Millisecond,
 				Config: []byte(`{"bound_ms":300,"crowd":4}`)}},
+			{Kind: policies.KindPartition, Name: "tenant", Driver: DriverBuiltin, Builtin: &BuiltinPolicy{
+				Template: "tenant:${tenant}"}},
 		},
 		Locks: []*Lock{
 			{Name: "invoice", TTL: 30 * time.Second, Fencing: true, Prefix: DefaultLockPrefix,
@@ -105,6 +107,11 @@ func TestExampleFile(t *testing.T) {
 			{Name: "report_cache", TTL: 5 * time.Second, Prefix: DefaultRWLockPrefix, MarkerTTL: 2 * time.Second,
 				Starvation: &PolicyRef{Kind: policies.KindStarvation, Name: "writers_wasm"},
 				Retry:      &PolicyRef{Kind: policies.KindRetry, Name: "fast"}},
+		},
+		RateLimits: []*RateLimit{
+			{Name: "checkout", Algorithm: SlidingWindow, Limit: 3, Window: time.Minute, Segments: 10,
+				Partition:  &PolicyRef{Kind: policies.KindPartition, Name: "tenant"},
+				QueueLimit: 2, QueueOrder: OldestFirst, IdleTimeout: 5 * time.Minute},
 		},
 	}
 	if diff := cmp.Diff(want, cfg, cmpOpts...); diff != "" {
@@ -149,8 +156,8 @@ func TestExampleFileInPlace(t *testing.T) {
 			t.Errorf("unexpected diagnostic:\n%s", render(t, cfg, diags))
 		}
 	}
-	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 5 {
-		t.Errorf("locks %d, rwlocks %d, policies %d; want 2, 1 and 5", len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies))
+	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 6 || len(cfg.RateLimits) != 1 {
+		t.Errorf("locks %d, rwlocks %d, policies %d, rate limits %d; want 2, 1, 6 and 1", len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies), len(cfg.RateLimits))
 	}
 }
 

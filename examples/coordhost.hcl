@@ -111,3 +111,27 @@ rwlock "report_cache" {
   starvation = policy.starvation.writers_wasm
   retry      = policy.retry.fast
 }
+
+# One partition per tenant again, natively: a template over the request's
+# attributes ("$${" because HCL itself reads "${" as interpolation).
+policy "partition" "tenant" {
+  driver   = "builtin"
+  template = "tenant:$${tenant}"
+}
+
+# At most 3 checkouts per tenant in any minute: a sliding window of 10
+# segments, so a permit comes back at most 6s late. Ask it once with
+#   coordhost limit check -config examples/coordhost.hcl -var plugin_sha256=... \
+#     -attr tenant=acme checkout
+rate_limit "checkout" {
+  algorithm = "sliding_window"
+  limit     = 3
+  window    = "1m"
+  segments  = 10
+  partition = policy.partition.tenant
+  queue {
+    limit = 2
+    order = "oldest_first"
+  }
+  idle_timeout = "5m"
+}

@@ -80,3 +80,66 @@ lock "report" {
 	// Released <nil>
 	// lock "report": policies: partition key unavailable: template "tenant:${tenant}" needs attribute "tenant"
 }
+
+// A rate limit from HCL: the configuration decides the algorithm, limit
+// and partitioning; the program asks for permits with the request's
+// attributes.
+func ExampleHost_RateLimit() {
+	src := []byte(`
+variable "redis_addresses" {
+  type = list(string)
+}
+
+redis {
+  addresses  = var.redis_addresses
+  key_prefix = "example:"
+}
+
+policy "partition" "per_tenant" {
+  driver   = "builtin"
+  template = "tenant:$${tenant}"
+}
+
+rate_limit "checkout" {
+  algorithm = "fixed_window"
+  limit     = 2
+  window    = "1h"
+  partition = policy.partition.per_tenant
+}
+`)
+	cfg, diags := config.Parse(src, "coordhost.hcl", config.LoadOptions{
+		Vars: map[string]cty.Value{
+			"redis_addresses": cty.ListVal([]cty.Value{cty.StringVal(exampleAddr)}),
+		},
+	})
+	if diags.HasErrors() {
+		config.WriteDiagnostics(os.Stderr, cfg.Files(), diags, false)
+		return
+	}
+	ctx := context.Background()
+	h, err := host.New(ctx, cfg, host.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	defer h.Close()
+
+	checkout, err := h.RateLimit("checkout")
+	if err != nil {
+		panic(err)
+	}
+	acme := map[string]string{"tenant": "acme"}
+	for range 3 {
+		res, err := checkout.TryAcquire(ctx, acme, 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res.Acquired, res.Remaining, res.RetryAfter > 0)
+	}
+	_, err = checkout.TryAcquire(ctx, nil, 1) // no tenant: the partition fails closed
+	fmt.Println(err)
+	// Output:
+	// true 1 false
+	// true 0 false
+	// false 0 true
+	// rate_limit "checkout": policies: partition key unavailable: template "tenant:${tenant}" needs attribute "tenant"
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/coordhost/coordhost/policies/wasm"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lock"
+	"github.com/coordhost/coordhost/primitives/ratelimit"
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -28,7 +29,9 @@ type generation struct {
 	rwlocks    map[string]*namedRWLock
 	semaphores map[string]*namedSemaphore
 	redlocks   map[string]*namedRedlock
-	waiter     *primitives.Waiter // the one waiting connection every primitive of the generation shares
+	rateLimits map[string]*namedRateLimit
+	waiter     *primitives.Waiter  // the one waiting connection every primitive of the generation shares
+	limiters   *ratelimit.Limiters // every rate limit's limiters, sharing the INCREX probe
 
 	mu       sync.Mutex
 	inflight int
@@ -39,7 +42,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, redlocks: map[string]*namedRedlock{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, redlocks: map[string]*namedRedlock{}, rateLimits: map[string]*namedRateLimit{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -107,6 +110,16 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
 		}
 		g.redlocks[rc.Name] = r
+	}
+	if g.limiters, err = ratelimit.New(h.client, ratelimit.Options{Prefix: h.keyPfx + config.RateLimitPrefix}); err != nil {
+		return nil, err
+	}
+	for _, rc := range cfg.RateLimits {
+		r, err := g.newRateLimit(h, rc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(rc.Range), err)
+		}
+		g.rateLimits[rc.Name] = r
 	}
 	return g, nil
 }
@@ -205,6 +218,9 @@ func (g *generation) closeLockers() {
 		l.prim.Close()
 	}
 	for _, r := range g.redlocks {
+		r.prim.Close()
+	}
+	for _, r := range g.rateLimits {
 		r.prim.Close()
 	}
 	if g.waiter != nil {

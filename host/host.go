@@ -111,6 +111,7 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 	h.warnServerHazards(ctx)
 	h.gen.Store(g)
 	h.metrics.gen.Set(float64(h.genNo.Add(1)))
+	h.metrics.ratelimit.gauges.host.Store(h)
 	return h, nil
 }
 

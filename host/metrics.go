@@ -39,6 +39,7 @@ type metrics struct {
 	rwlock    *rwlockMetrics    // named rwlocks (rwlockmetrics.go)
 	semaphore *semaphoreMetrics // named semaphores (semaphoremetrics.go)
 	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
+	ratelimit *rateLimitMetrics // named rate limits (ratelimitmetrics.go)
 
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
@@ -119,6 +120,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		latch:     newLatchMetrics(),
 		rwlock:    newRWLockMetrics(),
 		semaphore: newSemaphoreMetrics(),
+		ratelimit: newRateLimitMetrics(),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -147,7 +149,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.redlock.collectors()...)...)
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), append(m.redlock.collectors(), m.ratelimit.collectors()...)...)...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

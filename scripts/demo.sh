@@ -25,8 +25,13 @@
 #     new readers off once the writer has waited 300 ms; the demo tells when
 #     each got in, and fails if the writer overlapped a reader or did not
 #     get in within 3 s.
-#  6. SIGHUP makes serve reload the file; the demo shows the log line.
-#  7. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
+#  6. Four `BIN limit check -config` calls for tenant acme against the
+#     example's rate_limit "checkout" (3 per minute per tenant, a sliding
+#     window; the partition key from the builtin template policy "tenant"):
+#     three are granted (exit 0), the fourth refused (exit 1) with the time
+#     to retry; tenant globex is still granted.
+#  7. SIGHUP makes serve reload the file; the demo shows the log line.
+#  8. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
 #
 # Exits 0 if every step worked, non-zero otherwise. Takes about ten seconds.
 # `make run` calls it as `bash scripts/demo.sh bin/coordhost`, after
@@ -321,7 +326,24 @@ fi
 [ "$writer_status" -eq 0 ] || fail "the writer of report_cache failed (exit status $writer_status)"
 echo "demo: OK: the writer got in under a steady stream of readers, and never overlapped them"
 
-echo "demo: 6. SIGHUP: serve reloads $CONFIG"
+echo "demo: 6. rate_limit \"checkout\" of $CONFIG (3 per minute per tenant): four checks for tenant acme, one for globex"
+# check TENANT WANT: one decision; fails unless the exit status is WANT (0
+# granted, 1 refused).
+check() {
+	local out code=0
+	out=$("$BIN" limit check -config "$CONFIG" "${VARS[@]}" -attr "tenant=$1" checkout 2>"$TMP/limit.err") || code=$?
+	[ -z "$out" ] || printf '[limit]    %s\n' "$out"
+	sed 's/^/[limit]    /' "$TMP/limit.err"
+	[ "$code" -eq "$2" ] || fail "limit check for tenant $1: exit status $code, want $2"
+}
+check acme 0
+check acme 0
+check acme 0
+check acme 1
+check globex 0
+echo "demo: OK: three grants and a refusal for acme; globex has its own limit"
+
+echo "demo: 7. SIGHUP: serve reloads $CONFIG"
 kill -HUP "$SERVE_PID"
 if ! wait_log "$SERVE_LOG" '"msg":"(configuration reloaded|reload failed)' "$SERVE_PID" 15; then
 	show_serve_log
@@ -330,7 +352,7 @@ fi
 show_serve_log
 grep -q '"msg":"configuration reloaded","generation":2' "$SERVE_LOG" || fail "the reload failed"
 
-echo "demo: 7. SIGTERM: serve shuts down"
+echo "demo: 8. SIGTERM: serve shuts down"
 kill -TERM "$SERVE_PID"
 serve_status=0
 wait "$SERVE_PID" || serve_status=$?

@@ -230,25 +230,35 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 	if cfg.wait < 0 {
 		return cfg, fmt.Errorf("-wait must not be negative, got %v (0 waits forever)", cfg.wait)
 	}
+	var err error
+	cfg.redis, cfg.redisFrom, cfg.redisOpt, cfg.redisDesc, err = redisFromFlag(set["redis"], f.redis, getenv)
+	return cfg, err
+}
+
+// redisFromFlag picks the Redis server of a command line: -redis when
+// given (flagSet, value), else $COORDHOST_REDIS_URL, else none (""). It
+// returns the address, where it came from ("-redis" or the variable), its
+// client options and its description for messages.
+func redisFromFlag(flagSet bool, value string, getenv func(string) string) (addr, from string, opt rueidis.ClientOption, desc string, err error) {
 	// A flag wins over the environment; an empty -redis is a mistake, not
 	// a way to ask for dev mode.
 	switch {
-	case set["redis"]:
-		cfg.redis, cfg.redisFrom = f.redis, "-redis"
+	case flagSet:
+		addr, from = value, "-redis"
 	case getenv(envRedisURL) != "":
-		cfg.redis, cfg.redisFrom = getenv(envRedisURL), envRedisURL
+		addr, from = getenv(envRedisURL), envRedisURL
 	}
-	if set["redis"] || cfg.redis != "" {
-		opt, desc, err := parseRedisAddr(cfg.redis)
-		if err != nil {
-			return cfg, fmt.Errorf("%s: %w", cfg.redisFrom, err)
-		}
-		if cfg.redisFrom == envRedisURL {
-			desc += " (from " + envRedisURL + ")"
-		}
-		cfg.redisOpt, cfg.redisDesc = opt, desc
+	if !flagSet && addr == "" {
+		return "", "", opt, "", nil
 	}
-	return cfg, nil
+	opt, desc, err = parseRedisAddr(addr)
+	if err != nil {
+		return "", "", opt, "", fmt.Errorf("%s: %w", from, err)
+	}
+	if from == envRedisURL {
+		desc += " (from " + envRedisURL + ")"
+	}
+	return addr, from, opt, desc, nil
 }
 
 // runHold implements `coordhost lock hold`.

@@ -11,6 +11,7 @@ import (
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/redis/rueidis"
 )
 
 // hostShutdownTimeout bounds the shutdown of the host inside
@@ -68,50 +69,16 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 	}
 	e.writeDiags(cfg.configPath, conf.Files(), diags) // warnings
 
-	// One lock hold is too short-lived to report the server's settings on
-	// every run; `serve` does (host.ServerHazards).
-	opts := host.Options{Logger: cliLogger(e.stderr), Load: cfg.load, SkipServerCheck: true}
-	if cfg.redisFrom == envRedisURL && conf.Redis != nil {
-		// An ambient variable must not move a lock that a file's redis
-		// block places: a worker and `serve FILE` would then coordinate
-		// on different servers. Only -redis replaces the file's block.
-		e.logf("%s ignored: %s has a redis block (give -redis to replace its addresses)", envRedisURL, cfg.configPath)
-		cfg.redis = ""
-	}
-	if cfg.redis != "" {
-		// -redis replaces the addresses of the file's redis block; its
-		// key_prefix still applies, and so do its credentials unless the
-		// -redis URL names its own. (TLS comes from a rediss:// URL.)
-		opt := cfg.redisOpt
-		if conf.Redis != nil && opt.Username == "" && opt.Password == "" {
-			opt.Username, opt.Password = conf.Redis.Username, conf.Redis.Password
-		}
-		client, err := newRedisClient(ctx, opt, cfg.redisDesc)
-		if err != nil {
-			if code, ok := interrupted("while connecting to Redis"); ok {
-				return code
-			}
-			e.logf("%v", err)
-			return exitFailure
-		}
-		defer client.Close()
-		opts.Client = client
-	}
-	h, err := host.New(ctx, conf, opts)
+	h, stop, step, err := startHost(ctx, conf, hostTarget{configPath: cfg.configPath, load: cfg.load,
+		redis: cfg.redis, redisFrom: cfg.redisFrom, redisOpt: cfg.redisOpt, redisDesc: cfg.redisDesc}, e)
 	if err != nil {
-		if code, ok := interrupted("while starting"); ok {
+		if code, ok := interrupted(step); ok {
 			return code
 		}
 		e.logf("%v", err)
 		return exitFailure
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostShutdownTimeout)
-		defer cancel()
-		if err := h.Shutdown(sctx); err != nil {
-			e.logf("shutting down: %v", err)
-		}
-	}()
+	defer stop()
 	var acquire acquireFunc
 	if k.rw {
 		hr, err := h.RWLock(cfg.name)
@@ -135,4 +102,65 @@ func holdFromConfig(ctx context.Context, cfg holdConfig, path string, e *env, si
 		acquire = func(ctx context.Context) (primitives.Lease, error) { return leaseOrNil(hl.Acquire(ctx, cfg.attrs)) }
 	}
 	return holdWithLock(ctx, acquire, cfg, path, e, sigs, stopRelay, interrupted)
+}
+
+// hostTarget is what a one-shot command (lock hold -config, rwlock hold,
+// limit check) needs besides the loaded file to start its host.Host.
+type hostTarget struct {
+	configPath string
+	load       config.LoadOptions
+	redis      string               // -redis, else $COORDHOST_REDIS_URL; "" for the file's redis block (or dev mode)
+	redisFrom  string               // "-redis" or COORDHOST_REDIS_URL
+	redisOpt   rueidis.ClientOption // parsed from redis
+	redisDesc  string               // redis for messages, without a password
+}
+
+// startHost starts the host.Host of a one-shot command for conf: its
+// redis block (or, without one, dev mode), or -redis in its place, with
+// the block's key_prefix and credentials. It returns the function that
+// shuts the host down (and closes the -redis client), or, on error, the
+// step that failed for a message about an interruption.
+func startHost(ctx context.Context, conf *config.Config, tg hostTarget, e *env) (_ *host.Host, stop func(), step string, _ error) {
+	// A one-shot command is too short-lived to report the server's
+	// settings on every run; `serve` does (host.ServerHazards).
+	opts := host.Options{Logger: cliLogger(e.stderr), Load: tg.load, SkipServerCheck: true}
+	if tg.redisFrom == envRedisURL && conf.Redis != nil {
+		// An ambient variable must not move a lock that a file's redis
+		// block places: a worker and `serve FILE` would then coordinate
+		// on different servers. Only -redis replaces the file's block.
+		e.logf("%s ignored: %s has a redis block (give -redis to replace its addresses)", envRedisURL, tg.configPath)
+		tg.redis = ""
+	}
+	var client rueidis.Client
+	if tg.redis != "" {
+		// -redis replaces the addresses of the file's redis block; its
+		// key_prefix still applies, and so do its credentials unless the
+		// -redis URL names its own. (TLS comes from a rediss:// URL.)
+		opt := tg.redisOpt
+		if conf.Redis != nil && opt.Username == "" && opt.Password == "" {
+			opt.Username, opt.Password = conf.Redis.Username, conf.Redis.Password
+		}
+		var err error
+		if client, err = newRedisClient(ctx, opt, tg.redisDesc); err != nil {
+			return nil, nil, "while connecting to Redis", err
+		}
+		opts.Client = client
+	}
+	h, err := host.New(ctx, conf, opts)
+	if err != nil {
+		if client != nil {
+			client.Close()
+		}
+		return nil, nil, "while starting", err
+	}
+	return h, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hostShutdownTimeout)
+		defer cancel()
+		if err := h.Shutdown(sctx); err != nil {
+			e.logf("shutting down: %v", err)
+		}
+		if client != nil {
+			client.Close()
+		}
+	}, "", nil
 }

@@ -3,8 +3,9 @@
 // `coordhost serve FILE` runs the daemon (package host) for a
 // configuration file; `coordhost validate FILE` checks one; `coordhost lock
 // hold NAME -- CMD ARGS...` runs CMD while holding a Redis lock, given by
-// flags or by a lock block of a configuration file; `coordhost dev-redis`
-// runs a private redis-server. `coordhost help` lists the commands and
+// flags or by a lock block of a configuration file; `coordhost limit check
+// -config FILE NAME` asks a rate limit of a configuration file for permits
+// once; `coordhost dev-redis` runs a private redis-server. `coordhost help` lists the commands and
 // `coordhost COMMAND -h` shows a command's own help (commands.go).
 //
 // This package holds only flags, signals, exit codes and messages; the
@@ -28,7 +29,7 @@ import (
 const (
 	exitOK           = 0
 	exitFailure      = 1   // coordhost's own errors: Redis, bad config file, lock not acquired, lock lost
-	exitUsage        = 2   // bad command line
+	exitUsage        = 2   // bad command line; every error of limit check (limitcheck.go)
 	exitCannotRun    = 126 // CMD was found but could not be started
 	exitCmdNotFound  = 127 // CMD was not found
 	exitSignalOffset = 128 // 128+N: CMD (or, while waiting, coordhost) was ended by signal N
