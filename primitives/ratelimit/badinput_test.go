@@ -207,6 +207,15 @@ func TestBadCallsWriteNothing(t *testing.T) {
 			})
 		}
 	}
+	// A nil or zero Limiter answers empty accessors and refuses Close.
+	for _, l := range []*ratelimit.Limiter{nilL, {}} {
+		if err := l.Close(); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Fatalf("Close of a nil or zero Limiter: %v", err)
+		}
+		if _, idle := l.IdleDuration(); idle || l.Key() != "" || l.Statistics() != (ratelimit.Statistics{}) || l.Policy() != (ratelimit.Policy{}) {
+			t.Fatal("a nil or zero Limiter answered non-empty accessors")
+		}
+	}
 	// The conveniences fail the same way.
 	if live.Allow(cancelled) {
 		t.Fatal("Allow with a cancelled context allowed")

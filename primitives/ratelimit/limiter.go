@@ -129,14 +129,32 @@ func (l *Limiters) newLimiter(key string, pol Policy, queueLimit int64, order Qu
 	return lim, nil
 }
 
+// usable reports whether l was made by a Limiters method. A nil or zero
+// Limiter answers empty accessors, and its calls fail with
+// primitives.ErrInvalidOptions instead of panicking.
+func (l *Limiter) usable() bool { return l != nil && l.ls != nil }
+
 // Key returns the limiter's Redis key, prefix included.
-func (l *Limiter) Key() string { return l.key }
+func (l *Limiter) Key() string {
+	if !l.usable() {
+		return ""
+	}
+	return l.key
+}
 
 // Policy returns the limiter's limit.
-func (l *Limiter) Policy() Policy { return l.policy }
+func (l *Limiter) Policy() Policy {
+	if !l.usable() {
+		return Policy{}
+	}
+	return l.policy
+}
 
 // Statistics returns the limiter's counts. Safe to call at any time.
 func (l *Limiter) Statistics() Statistics {
+	if !l.usable() {
+		return Statistics{}
+	}
 	l.mu.Lock()
 	queued := l.q.permits
 	l.mu.Unlock()
@@ -147,6 +165,9 @@ func (l *Limiter) Statistics() Statistics {
 // nothing queued, and false while it has (a partitioned limiter closes
 // limiters idle for long enough; their state stays in Redis).
 func (l *Limiter) IdleDuration() (time.Duration, bool) {
+	if !l.usable() {
+		return 0, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.busy > 0 || l.q.len() > 0 {
@@ -160,6 +181,9 @@ func (l *Limiter) IdleDuration() (time.Duration, bool) {
 // end. A call whose script was already sent may still consume permits.
 // State in Redis is left alone. Idempotent.
 func (l *Limiter) Close() error {
+	if !l.usable() {
+		return fmt.Errorf("%w: ratelimit: nil or zero Limiter (use a Limiters method)", primitives.ErrInvalidOptions)
+	}
 	l.mu.Lock()
 	if l.isClosed {
 		l.mu.Unlock()
@@ -203,7 +227,7 @@ func (l *Limiter) end() {
 // checkCall validates a call's arguments. It reports whether n can never
 // be granted.
 func (l *Limiter) checkCall(ctx context.Context, n int64) (never bool, err error) {
-	if l == nil || l.ls == nil {
+	if !l.usable() {
 		return false, fmt.Errorf("%w: ratelimit: nil or zero Limiter (use a Limiters method)", primitives.ErrInvalidOptions)
 	}
 	if ctx == nil {
