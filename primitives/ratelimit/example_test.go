@@ -41,7 +41,7 @@ func Example() {
 		} else {
 			// Permits come back at most one segment (1s) after they are
 			// 10s old: RetryAfter says when, never too early.
-			fmt.Printf("request %d: refused, retry within %v\n", i, res.RetryAfter.Round(10*time.Second))
+			fmt.Printf("request %d: refused, retry in about %v\n", i, res.RetryAfter.Round(10*time.Second))
 		}
 	}
 	// More than the limit can never be granted: refused, no RetryAfter.
@@ -51,6 +51,6 @@ func Example() {
 	// request 1: granted, 2 left
 	// request 2: granted, 1 left
 	// request 3: granted, 0 left
-	// request 4: refused, retry within 10s
+	// request 4: refused, retry in about 10s
 	// 4 at once: false 0s
 }

@@ -98,8 +98,14 @@ func (q *queue) popFront() *waiter {
 // Not acquired (no error) when n is more than the limit (RetryAfter 0),
 // or when the queue has no room (with the RetryAfter of the server's
 // refusal); with NewestFirst, a full queue refuses its oldest calls to
-// make room for a new one. n = 0 waits until a permit is available and
-// consumes nothing.
+// make room for a new one. With QueueLimit 0 (the default) the queue never
+// has room, so Acquire answers at once, as TryAcquire does; use Wait or
+// WaitN to sleep until the permits are back. n = 0 waits until a permit is
+// available and consumes nothing.
+//
+// A queued call waits until its turn or until ctx ends, even when the
+// server's RetryAfter already lies beyond ctx's deadline (it is not
+// refused early, unlike WaitN without a queue).
 //
 // Errors: as TryAcquire; ctx.Err() when ctx ends while queued (nothing was
 // consumed for it unless a retry was under way); primitives.ErrClosed when

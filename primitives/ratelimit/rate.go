@@ -28,7 +28,9 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // Errors: ErrExceedsLimit (n is more than the limit), ErrWouldExceedDeadline
 // (a refusal's RetryAfter ends after ctx's deadline; returned at once, as
 // x/time/rate does), ctx.Err(), primitives.ErrClosed, and those of
-// Acquire.
+// Acquire. With room in the queue there is no refusal: the call waits in
+// the queue, and a deadline that comes before the permits ends it with
+// ctx.Err() (context.DeadlineExceeded) when it arrives, not at once.
 func (l *Limiter) WaitN(ctx context.Context, n int64) error {
 	for {
 		res, err := l.Acquire(ctx, n)
