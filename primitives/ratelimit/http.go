@@ -54,7 +54,10 @@ type MiddlewareOptions struct {
 	// Queue makes a request that is refused wait in its limiter's queue
 	// (Partitioned.Acquire; the limiter's QueueLimit bounds the queue, and
 	// a full queue answers 429 at once) until the permits are back or the
-	// request's context ends. False decides at once (TryAcquire).
+	// request's context ends. False decides at once (TryAcquire). The
+	// limiters PartitionedOptions.New makes need a QueueLimit above 0 for
+	// this to do anything: with QueueLimit 0 (their default) every refusal
+	// is a full queue.
 	Queue bool
 
 	// FailOpen lets a request through to the next handler, without
