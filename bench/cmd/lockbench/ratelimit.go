@@ -13,6 +13,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +57,7 @@ type rlTP struct {
 	grantShare []float64 // granted / decided
 	serverCPU  []float64 // Redis CPU µs per decision
 	clientCPU  []float64 // this process' CPU µs per decision
+	cmdTime    []float64 // Redis' time executing the row's commands (INFO commandstats), µs per decision
 	errs       int64
 	first      error
 }
@@ -62,6 +65,7 @@ type rlTP struct {
 type rlSample struct {
 	rate, grantShare     float64
 	serverCPU, clientCPU float64
+	cmdTime              float64
 	errs                 int64
 	err                  error
 }
@@ -71,6 +75,7 @@ func (t *rlTP) add(s rlSample) {
 	t.grantShare = append(t.grantShare, s.grantShare)
 	t.serverCPU = append(t.serverCPU, s.serverCPU)
 	t.clientCPU = append(t.clientCPU, s.clientCPU)
+	t.cmdTime = append(t.cmdTime, s.cmdTime)
 	t.errs += s.errs
 	if s.err != nil && t.first == nil {
 		t.first = s.err
@@ -122,7 +127,7 @@ func sectionRateLimit(srv *server, o options) *rlResults {
 	for _, rg := range rlRegimes {
 		for i, row := range rows {
 			d := insts[rg.name][i]
-			if s := loopDecisions(nil, d, true, 8, 0, o.rlWarm); s.err != nil {
+			if s := loopDecisions(nil, d, nil, true, 8, 0, o.rlWarm); s.err != nil {
 				fatalf("10: %s: warm-up: %v", row.name, s.err)
 			}
 			if rg.name == "refusals" {
@@ -141,10 +146,10 @@ func sectionRateLimit(srv *server, o options) *rlResults {
 				for _, conc := range o.concs {
 					for j := range rows {
 						i := (j + r) % len(rows)
-						s := loopDecisions(srv, insts[rg.name][i], spread, conc, o.rlWarm, o.rlDur)
+						s := loopDecisions(srv, insts[rg.name][i], rows[i].top, spread, conc, o.rlWarm, o.rlDur)
 						resultFor(res.tp, rlKey{rows[i].name, rg.name, spread, conc}).add(s)
-						logf("10 rep %d/%d %-8s %-6s conc %2d %-28s %9.0f decisions/s  granted %5.1f%%  cpu/decision redis %5.1fµs self %5.1fµs  errors %d",
-							r+1, o.rlReps, rg.name, keysLabel(spread), conc, rows[i].name, s.rate, 100*s.grantShare, s.serverCPU, s.clientCPU, s.errs)
+						logf("10 rep %d/%d %-8s %-6s conc %2d %-28s %9.0f decisions/s  granted %5.1f%%  per decision: redis cpu %5.1fµs, commands %5.1fµs; self %5.1fµs  errors %d",
+							r+1, o.rlReps, rg.name, keysLabel(spread), conc, rows[i].name, s.rate, 100*s.grantShare, s.serverCPU, s.cmdTime, s.clientCPU, s.errs)
 					}
 				}
 			}
@@ -201,8 +206,9 @@ func rlExhaust(ctx context.Context, d rlDecider) error {
 // warm and then counted for dur. On the hot key every goroutine asks for
 // the same key (index rlKeys); spread, goroutine g walks the keys 0 ..
 // rlKeys-1 round-robin from key g·rlKeys/conc, so all of them are in use.
-// srv, when set, is asked for its CPU time around the window.
-func loopDecisions(srv *server, d rlDecider, spread bool, conc int, warm, dur time.Duration) rlSample {
+// srv, when set, is asked for its CPU time around the window, and for the
+// time its commandstats count in the commands top.
+func loopDecisions(srv *server, d rlDecider, top []string, spread bool, conc int, warm, dur time.Duration) rlSample {
 	var count, granted, errs atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var stop atomic.Bool
@@ -232,11 +238,18 @@ func loopDecisions(srv *server, d rlDecider, spread bool, conc int, warm, dur ti
 		})
 	}
 	time.Sleep(warm)
+	if srv != nil {
+		srv.mustDo("CONFIG", "RESETSTAT")
+	}
 	r0, s0 := cpuNow(srv)
 	c0, g0, t0 := count.Load(), granted.Load(), time.Now()
 	time.Sleep(dur)
 	c1, g1, t1 := count.Load(), granted.Load(), time.Now()
 	r1, s1 := cpuNow(srv)
+	var usec float64
+	if srv != nil {
+		usec = commandUsec(srv, top)
+	}
 	stop.Store(true)
 	wg.Wait()
 	out := rlSample{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), errs: errs.Load()}
@@ -244,6 +257,7 @@ func loopDecisions(srv *server, d rlDecider, spread bool, conc int, warm, dur ti
 		out.grantShare = float64(g1-g0) / float64(n)
 		out.serverCPU = float64((r1 - r0).Microseconds()) / float64(n)
 		out.clientCPU = float64((s1 - s0).Microseconds()) / float64(n)
+		out.cmdTime = usec / float64(n)
 	}
 	if p := firstErr.Load(); p != nil {
 		out.err = *p
@@ -333,4 +347,32 @@ func rlPrecision(srv *server, row rlRow, idx int, o options) *rlPrec {
 	slices.SortFunc(p.client, func(a, b ratetest.Grant) int { return a.At.Compare(b.At) })
 	slices.SortFunc(p.server, func(a, b ratetest.Grant) int { return a.At.Compare(b.At) })
 	return p
+}
+
+// commandUsec is the time INFO commandstats counts in the commands names
+// since the last CONFIG RESETSTAT, in µs. Reading it right after the
+// window counts the decisions in flight then too: a few out of thousands.
+func commandUsec(srv *server, names []string) float64 {
+	info := srv.mustDo("INFO", "commandstats")
+	var total float64
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		for f := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					fatalf("commandstats %q: %v", line, err)
+				}
+				total += u
+			}
+		}
+	}
+	return total
 }

@@ -63,7 +63,11 @@ type rlRow struct {
 	// coordhost rows are judged against the targets and report server
 	// time in the precision table.
 	coordhost bool
-	note      string
+	// top are the commands it sends (not those its scripts call): their
+	// INFO commandstats time is the time Redis spends executing its
+	// decisions.
+	top  []string
+	note string
 	// new builds the limiter on a fresh client of its own for the keys
 	// under prefix.
 	new func(addr, prefix string, p rlParams) (rlDecider, error)
@@ -79,27 +83,30 @@ const (
 	rlRaw     = "raw EVALSHA ceiling"
 )
 
+// scriptCmds are how the script rows reach Redis.
+var scriptCmds = []string{"evalsha", "eval"}
+
 // rlSegments is the coordhost sliding window's segment count.
 const rlSegments = 10
 
 func rlRows() []rlRow {
 	return []rlRow{
-		{name: rlFixed, algo: algoFixed, coordhost: true,
+		{name: rlFixed, algo: algoFixed, coordhost: true, top: scriptCmds,
 			note: "`ratelimit.New(client, Options{Prefix})` on a default rueidis client, one `Limiters.FixedWindow(key, FixedWindowOptions{Limit, Window})` per key, `TryAcquire(ctx, 1)`. Redis 7.0 has no INCREX, so after the first call's probe (refused) every decision is the fixed-window script: `TIME`, `GET`, `PTTL`, then on a grant `INCRBY` (+ `PEXPIRE` when the counter is new); a refusal writes nothing",
 			new:  newCoordhostRL(algoFixed)},
-		{name: rlSliding, algo: algoSliding, coordhost: true,
+		{name: rlSliding, algo: algoSliding, coordhost: true, top: scriptCmds,
 			note: fmt.Sprintf("as above with `SlidingWindow(key, SlidingWindowOptions{Limit, Window, Segments: %d})`: one script, `TIME`, `HGETALL` of the segment hash, then on a grant `HDEL` of ended segments, `HINCRBY` and `PEXPIRE`", rlSegments),
 			new:  newCoordhostRL(algoSliding)},
-		{name: rlBucket, algo: algoBucket, coordhost: true,
+		{name: rlBucket, algo: algoBucket, coordhost: true, top: scriptCmds,
 			note: "as above with `TokenBucket(key, TokenBucketOptions{Limit: bucket, TokensPerPeriod, Period})`: one script, `TIME`, `HMGET tokens at` (+ `EXISTS` for a missing bucket), then on a grant `HSET` and `PEXPIRE`",
 			new:  newCoordhostRL(algoBucket)},
-		{name: rlGCRA, algo: algoBucket,
+		{name: rlGCRA, algo: algoBucket, top: scriptCmds,
 			note: "`github.com/go-redis/redis_rate/v10` on a default go-redis v9 client (pool 10×GOMAXPROCS): `NewLimiter(rdb).Allow(ctx, key, Limit{Rate: perPeriod, Period: period, Burst: bucket})` — GCRA in one script (`EVALSHA`, `EVAL` on NOSCRIPT): `TIME`, `GET`, then on a grant `SET … EX`; the most-used Redis rate limiter for Go, and the GCRA the issue asks coordhost to beat",
 			new:  newGCRA},
-		{name: rlEnvoy, algo: algoAligned,
+		{name: rlEnvoy, algo: algoAligned, top: []string{"incrby", "expire"},
 			note: "what envoyproxy/ratelimit's Redis backend sends, written here on a default rueidis client: the key names the clock-aligned window (`<key>_<unix time / window × window>`, the client's clock), `INCRBY key 1` and `EXPIRE key <window s>` pipelined in one `DoMulti`, and the decision made on the client (over the limit when the new count exceeds it); every decision writes, refusals too",
 			new:  newEnvoyRL},
-		{name: rlRaw, algo: algoFixed,
+		{name: rlRaw, algo: algoFixed, top: scriptCmds,
 			note: "the least one script can do: on a default rueidis client, `EVALSHA` of `INCRBY KEYS[1] 1`, and `PEXPIRE KEYS[1] <window>` only when the count is new (what `PEXPIRE … NX` does), decided on the client (granted when the count is ≤ the limit); no server-time reply, no checks, refusals write too — what one round trip of one script costs",
 			new:  newRawRL},
 	}

@@ -127,7 +127,7 @@ func (r *report) sectionRateLimit(w func(string, ...any)) {
 		}
 		w("\n")
 	}
-	w("CPU per decision at 64 goroutines, median µs: Redis (`INFO cpu`) / the benchmark process (getrusage).\n\n| limiter |")
+	w("Cost per decision at 64 goroutines, median µs: Redis CPU (`INFO cpu`: commands, networking, everything) / Redis' time executing the row's own commands (`INFO commandstats` usec of `EVALSHA` + `EVAL`, or of `INCRBY` + `EXPIRE` for the envoy-style row; a script's time includes the commands it calls) / the benchmark process' CPU (getrusage). Redis runs commands on one thread, so its time per decision caps a key's — and here the server's — decisions per second.\n\n| limiter |")
 	for _, tb := range rlTables {
 		w(" %s |", rlTableLabel(tb.regime, tb.spread))
 	}
@@ -140,7 +140,7 @@ func (r *report) sectionRateLimit(w func(string, ...any)) {
 		w("| %s |", row.name)
 		for _, tb := range rlTables {
 			if t := x.tp[rlKey{row.name, tb.regime, tb.spread, 64}]; t != nil && len(t.rates) > 0 {
-				w(" %.1f / %.1f |", median(t.serverCPU), median(t.clientCPU))
+				w(" %.1f / %.1f / %.1f |", median(t.serverCPU), median(t.cmdTime), median(t.clientCPU))
 			} else {
 				w(" – |")
 			}
@@ -208,10 +208,13 @@ func rlIdeal(algo rlAlgo, p *rlPrec) (int64, string) {
 	case algoAligned:
 		secs := int64(q.window / time.Second)
 		windows := p.end.Unix()/secs - p.start.Unix()/secs + 1
-		return q.limit * windows, fmt.Sprintf("%d × %d clock windows touched", q.limit, windows)
+		return q.limit * windows, fmt.Sprintf("%d × the %d clock-aligned windows D touched", q.limit, windows)
 	}
 	windows := int64((d + q.window - 1) / q.window)
-	return q.limit * windows, fmt.Sprintf("%d × ⌈D/%v⌉", q.limit, q.window)
+	if algo == algoSliding {
+		return q.limit * windows, fmt.Sprintf("%d × ⌈D/%v⌉, as an exact sliding log (with %d segments a permit may come back up to %v later)", q.limit, q.window, rlSegments, q.window/rlSegments)
+	}
+	return q.limit * windows, fmt.Sprintf("%d × ⌈D/%v⌉ (windows from the first grant)", q.limit, q.window)
 }
 
 // rlBound is the most a row's limiter may grant in an interval of the
@@ -225,7 +228,7 @@ func rlBound(algo rlAlgo) (int64, string) {
 		k := int64((q.window + q.period - 1) / q.period)
 		return q.bucket + q.perPeriod*k, fmt.Sprintf("%d + %d × ⌈%v/%v⌉", q.bucket, q.perPeriod, q.window, q.period)
 	}
-	return 2 * q.limit, "2 × limit: two windows may meet in one interval"
+	return 2 * q.limit, "2 × limit: two windows meet in an interval"
 }
 
 // rlSpans is how many lengths (1..k periods) the bucket check sweeps.
@@ -240,7 +243,8 @@ func (r *report) rlPrecisionTable(w func(string, ...any)) {
 	w("### Precision: %d clients × %d goroutines on one key\n\n", o.rlPrecClients, o.rlPrecGoroutines)
 	w("Each limiter in turn: %d instances (each its own client and connection, as separate processes would be) share one key, %d goroutines each deciding one permit back to back for D ≈ %v. Limit: %d per %v for the window limiters; %d tokens and %d back every %v for the token bucket and GCRA (redis_rate `Limit{Rate: %d, Period: %v, Burst: %d}`, the same as `PerSecond(100)`). Every grant is stamped when its reply arrived, on this process' monotonic clock (the same harness for every limiter), and every error counts as a grant (its outcome is unknown). `internal/ratetest.MaxIn` gives the most grants in any interval of %v; for the buckets `ratetest.BucketExcess` checks every length of 1…k periods against bucket + %d × ⌈D/%v⌉ (≤ 0 = kept). A reply stamped late can make an interval look fuller than the server saw it, so for coordhost the same figures are given on the server's clock too (`Result.ServerTime`: the `TIME` its script decided at). *total / ideal*: the grants against what an exact limiter of that kind grants when hammered for D (a lower-bound check: far below 1 means the limiter refuses permits it has).\n\n",
 		o.rlPrecClients, o.rlPrecClients*o.rlPrecGoroutines, o.rlPrecDur, q.limit, q.window, q.bucket, q.perPeriod, q.period, q.perPeriod, q.period, q.bucket, q.window, q.perPeriod, q.period)
-	w("| limiter | decisions/s (granted) | total / ideal | most in any %v, client clock (bound) | bucket excess, client clock | server clock: most in any %v / bucket excess | errors |\n|---|---:|---:|---:|---:|---:|---:|\n", q.window, q.window)
+	w("| limiter | bound on any %v | decisions/s (granted) | total / ideal | most in any %v: client clock | server clock | bucket excess: client clock | server clock | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n", q.window, q.window)
+	var notes []string
 	for _, row := range rlRows() {
 		p := x.prec[row.name]
 		if p == nil {
@@ -251,26 +255,27 @@ func (r *report) rlPrecisionTable(w func(string, ...any)) {
 		ideal, how := rlIdeal(row.algo, p)
 		bound, why := rlBound(row.algo)
 		most, _ := ratetest.MaxIn(slices.Clone(p.client), q.window)
-		w("| %s | %s (%.2f%%) | %d / %d = %.3f (%s, D = %v) | %d (≤ %d: %s) %s |", row.name,
+		w("| %s | %d (%s) | %s (%.2f%%) | %d / %d = %.3f | %d %s |", row.name, bound, why,
 			num(float64(p.decisions)/d.Seconds()), 100*float64(total)/float64(max(p.decisions, 1)),
-			total, ideal, float64(total)/float64(max(ideal, 1)), how, d.Round(time.Millisecond),
-			most, bound, why, keptWord(most <= bound))
-		if row.algo == algoBucket {
-			e, at := ratetest.BucketExcess(slices.Clone(p.client), q.bucket, q.perPeriod, q.period, rlSpans(p))
-			w(" %s |", excessCell(e, at, rlSpans(p)))
+			total, ideal, float64(total)/float64(max(ideal, 1)), most, keptWord(most <= bound))
+		notes = append(notes, fmt.Sprintf("%s: ideal %s, D = %v", row.name, how, d.Round(time.Millisecond)))
+		if row.coordhost {
+			sm, _ := ratetest.MaxIn(slices.Clone(p.server), q.window)
+			w(" %d %s |", sm, keptWord(sm <= bound))
 		} else {
 			w(" – |")
 		}
-		if row.coordhost {
-			sm, _ := ratetest.MaxIn(slices.Clone(p.server), q.window)
-			w(" %d %s", sm, keptWord(sm <= bound))
-			if row.algo == algoBucket {
+		if row.algo == algoBucket {
+			e, at := ratetest.BucketExcess(slices.Clone(p.client), q.bucket, q.perPeriod, q.period, rlSpans(p))
+			w(" %s |", excessCell(e, at))
+			if row.coordhost {
 				e, at := ratetest.BucketExcess(slices.Clone(p.server), q.bucket, q.perPeriod, q.period, rlSpans(p))
-				w(" / %s", excessCell(e, at, rlSpans(p)))
+				w(" %s |", excessCell(e, at))
+			} else {
+				w(" – |")
 			}
-			w(" |")
 		} else {
-			w(" – |")
+			w(" – | – |")
 		}
 		if p.errs > 0 {
 			w(" %d (first: %v) |\n", p.errs, p.firstErr)
@@ -278,7 +283,7 @@ func (r *report) rlPrecisionTable(w func(string, ...any)) {
 			w(" 0 |\n")
 		}
 	}
-	w("\n")
+	w("\nThe bucket excess is the largest of (most grants in an interval of k periods) − (bucket + %d × k) over k = 1…%d (every length up to D); ≤ 0 means the bound was kept at every length. Ideal totals: %s.\n\n", q.perPeriod, rlSpans(x.prec[rlBucket]), strings.Join(notes, "; "))
 }
 
 func keptWord(ok bool) string {
@@ -288,9 +293,9 @@ func keptWord(ok bool) string {
 	return "**exceeded**"
 }
 
-func excessCell(e int64, at time.Duration, spans int) string {
+func excessCell(e int64, at time.Duration) string {
 	if e <= 0 {
-		return fmt.Sprintf("%d, kept (1…%d periods)", e, spans)
+		return fmt.Sprintf("%d kept", e)
 	}
 	return fmt.Sprintf("**+%d** at %v", e, at)
 }
