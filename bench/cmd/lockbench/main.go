@@ -4,8 +4,10 @@
 // hash-field lease on a second (Redis 8) server, measures read-write
 // leases and semaphores against minimal raw scripts and a writer's wait
 // under a reader stream, Redlock over three servers against redsync,
-// what consulting a retry policy costs (native, WebAssembly, plugin), and
-// writes a Markdown report. See bench/README.md.
+// rate limiters against go-redis/redis_rate, an envoy-style window and a
+// raw script (decisions per second and precision), what consulting a
+// retry policy costs (native, WebAssembly, plugin), and writes a Markdown
+// report. See bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
 // and $COORDHOST_REDIS8_SERVER for section 5):
