@@ -4,8 +4,10 @@
 // hash-field lease on a second (Redis 8) server, measures read-write
 // leases and semaphores against minimal raw scripts and a writer's wait
 // under a reader stream, Redlock over three servers against redsync,
-// what consulting a retry policy costs (native, WebAssembly, plugin), and
-// writes a Markdown report. See bench/README.md.
+// rate limiters against go-redis/redis_rate, an envoy-style window and a
+// raw script (decisions per second and precision), what consulting a
+// retry policy costs (native, WebAssembly, plugin), and writes a Markdown
+// report. See bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
 // and $COORDHOST_REDIS8_SERVER for section 5):
@@ -67,6 +69,31 @@ type options struct {
 	wwRounds        int
 	wwControlRounds int
 	wwControl       time.Duration
+	// section 10 (ratelimit.go)
+	rlReps           int
+	rlWarm, rlDur    time.Duration
+	rlPrecDur        time.Duration
+	rlPrecClients    int
+	rlPrecGoroutines int
+}
+
+// has reports whether section s is to run. -sections is a string of
+// one-digit section numbers, optionally in comma-separated groups; "10"
+// is section 10 only as a group of its own ("1235896,10", or "10").
+func (o options) has(s string) bool {
+	for _, group := range strings.Split(o.sections, ",") {
+		group = strings.TrimSpace(group)
+		if group == "10" {
+			if s == "10" {
+				return true
+			}
+			continue
+		}
+		if len(s) == 1 && strings.Contains(group, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func main() {
@@ -83,7 +110,7 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "1235896", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.StringVar(&o.sections, "sections", "1235896,10", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters (a comma-separated group of its own: \"89,10\", \"10\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
 	flag.IntVar(&o.primReps, "prim-reps", 3, "sections 8 and 9: repetitions of each throughput cell (median reported)")
 	flag.DurationVar(&o.primDur, "prim-dur", time.Second, "sections 8 and 9: duration of each throughput cell")
 	flag.IntVar(&o.wwReaders, "ww-readers", 8, "section 8 writer wait: readers in the stream")
@@ -91,6 +118,12 @@ func main() {
 	flag.IntVar(&o.wwRounds, "ww-rounds", 10, "section 8 writer wait: rounds per bounded case (bound 0, 200ms)")
 	flag.IntVar(&o.wwControlRounds, "ww-control-rounds", 1, "section 8 writer wait: rounds of the policies.Unbounded control")
 	flag.DurationVar(&o.wwControl, "ww-control", 3*time.Second, "section 8 writer wait: how long the control's writer waits before giving up")
+	flag.IntVar(&o.rlReps, "rl-reps", 3, "section 10: repetitions of each decisions-per-second cell (median reported)")
+	flag.DurationVar(&o.rlWarm, "rl-warm", 100*time.Millisecond, "section 10: warm-up before each decisions-per-second cell")
+	flag.DurationVar(&o.rlDur, "rl-dur", 500*time.Millisecond, "section 10: duration of each decisions-per-second cell")
+	flag.DurationVar(&o.rlPrecDur, "rl-prec-dur", 4500*time.Millisecond, "section 10: how long each limiter's precision run hammers its key")
+	flag.IntVar(&o.rlPrecClients, "rl-prec-clients", 3, "section 10: limiter instances (clients) in each precision run")
+	flag.IntVar(&o.rlPrecGoroutines, "rl-prec-goroutines", 4, "section 10: goroutines per client in each precision run")
 	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
 	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
 	flag.IntVar(&o.policyCalls, "policy-calls", 200_000, "section 6: individually timed calls per native or wasm row, split over -reps (and as many untimed ones for the allocation count)")
@@ -111,6 +144,9 @@ func main() {
 	if o.primReps < 1 || o.wwReaders < 1 || o.wwRounds < 1 || o.wwControlRounds < 1 {
 		fatalf("-prim-reps, -ww-readers, -ww-rounds and -ww-control-rounds must be positive")
 	}
+	if o.rlReps < 1 || o.rlDur <= 0 || o.rlPrecDur <= 0 || o.rlPrecClients < 1 || o.rlPrecGoroutines < 1 {
+		fatalf("-rl-reps, -rl-dur, -rl-prec-dur, -rl-prec-clients and -rl-prec-goroutines must be positive")
+	}
 	if o.reps < 1 || o.handoffs < 1 || o.crashReps < 1 || o.policyCalls < 1 || o.pluginCalls < 1 || o.policyLoads < 1 {
 		fatalf("-reps, -handoffs, -crash-reps, -policy-calls, -plugin-calls and -policy-loads must be positive")
 	}
@@ -123,7 +159,10 @@ func main() {
 		prev = p
 	}
 	// Section 6 needs no Redis.
-	needRedis := strings.ContainsAny(o.sections, "1235789")
+	needRedis := false
+	for _, sec := range []string{"1", "2", "3", "5", "7", "8", "9", "10"} {
+		needRedis = needRedis || o.has(sec)
+	}
 	var bin7 string
 	var err error
 	if needRedis {
@@ -132,7 +171,7 @@ func main() {
 		}
 	}
 	var bin8 string
-	if strings.Contains(o.sections, "5") {
+	if o.has("5") {
 		if bin8, err = redis8Binary(); err != nil {
 			fatalf("%v", err)
 		}
@@ -186,23 +225,23 @@ func main() {
 	}
 
 	rep := &report{opts: o, start: start, server: srv, prev: prev, loadStart: loadAvg()}
-	if strings.Contains(o.sections, "1") {
+	if o.has("1") {
 		srv.mustDo("FLUSHALL")
 		rep.throughput, rep.pinned = sectionThroughput(srv, o)
 	}
-	if strings.Contains(o.sections, "7") {
+	if o.has("7") {
 		srv.mustDo("FLUSHALL")
 		rep.setups, rep.setupRows = sectionSetups(srv, o)
 	}
-	if strings.Contains(o.sections, "2") {
+	if o.has("2") {
 		srv.mustDo("FLUSHALL")
 		rep.handoff = sectionHandoff(srv, o, kinds(), o.waiters, "2")
 	}
-	if strings.Contains(o.sections, "3") {
+	if o.has("3") {
 		srv.mustDo("FLUSHALL")
 		rep.crash = sectionCrash(srv, o)
 	}
-	if strings.Contains(o.sections, "5") {
+	if o.has("5") {
 		// A second server, started only now so that it sits idle through
 		// nothing else; the Redis 7 one stays up (idle) meanwhile.
 		srv8, err := startServer(bin8)
@@ -217,13 +256,13 @@ func main() {
 		rep.lease = sectionHandoff(srv8, o, leaseKinds(), o.leaseWaiters, "5")
 		srv8.stop()
 	}
-	if strings.Contains(o.sections, "8") {
+	if o.has("8") {
 		srv.mustDo("FLUSHALL")
 		rep.rw = sectionRW(srv, o)
 		srv.mustDo("FLUSHALL")
 		rep.writerWait = sectionWriterWait(srv, o)
 	}
-	if strings.Contains(o.sections, "9") {
+	if o.has("9") {
 		srv.mustDo("FLUSHALL")
 		var extra []*server
 		rep.redlock, extra = sectionRedlock(srv, bin7, o, func(s *server) {
@@ -236,7 +275,11 @@ func main() {
 			s.stop()
 		}
 	}
-	if strings.Contains(o.sections, "6") {
+	if o.has("10") {
+		srv.mustDo("FLUSHALL")
+		rep.rl = sectionRateLimit(srv, o)
+	}
+	if o.has("6") {
 		// In-process only: stop the Redis server(s) first, so the section
 		// has the CPUs to itself.
 		serversMu.Lock()

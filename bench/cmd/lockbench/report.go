@@ -37,6 +37,7 @@ type report struct {
 	writerWait     []*wwResult // section 8, writer wait
 	redlock        primResults // section 9
 	redlockServers []*server   // section 9's extra servers
+	rl             *rlResults  // section 10
 
 	loadStart, loadEnd string // /proc/loadavg at the start and the end
 }
@@ -176,6 +177,9 @@ func (r *report) markdown() string {
 	if r.redlock != nil {
 		r.sectionRedlock(w)
 	}
+	if r.rl != nil {
+		r.sectionRateLimit(w)
+	}
 	if r.policy != nil {
 		r.sectionPolicy(w)
 	}
@@ -197,7 +201,7 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
-	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil {
 		return // e.g. section 7 alone: no targets
 	}
 	w("## Targets\n\n")
@@ -269,6 +273,9 @@ func (r *report) targets(w func(string, ...any)) {
 	}
 	if r.writerWait != nil {
 		r.writerWaitTargets(w)
+	}
+	if r.rl != nil {
+		r.rlTargetRows(w)
 	}
 	if r.policy != nil {
 		r.policyTargets(w)
@@ -626,7 +633,7 @@ func depVersions() string {
 	if !ok {
 		return "unknown (no build info)"
 	}
-	want := []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9", "github.com/redis/rueidis", "github.com/tetratelabs/wazero", "github.com/hashicorp/go-plugin", "google.golang.org/grpc"}
+	want := []string{"github.com/bsm/redislock", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9", "github.com/go-redis/redis_rate/v10", "github.com/redis/rueidis", "github.com/tetratelabs/wazero", "github.com/hashicorp/go-plugin", "google.golang.org/grpc"}
 	var out []string
 	for _, d := range bi.Deps {
 		if slices.Contains(want, d.Path) {
