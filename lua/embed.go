@@ -6,7 +6,8 @@
 // owner-checked delete starts with args.lua, the argument checks the
 // scripts share, so each validates its arguments before its first write.
 // The release scripts only compare and delete; they go without it, since
-// they run on every release.
+// they run on every release. The rate-limit scripts run on every request
+// and use ratelimit_lib.lua's cheaper checks instead.
 package lua
 
 import _ "embed"
@@ -58,12 +59,13 @@ var (
 	SemaphoreVerify  = semaphoreVerify
 )
 
-// Rate-limit scripts (primitives/ratelimit), after args.lua and
-// ratelimit_lib.lua.
+// Rate-limit scripts (primitives/ratelimit), after ratelimit_lib.lua
+// (not args.lua: they run on every request, and ratelimit_lib.lua's
+// checks are cheaper).
 var (
-	RateLimitFixed   = args + ratelimitLib + ratelimitFixed
-	RateLimitSliding = args + ratelimitLib + ratelimitSliding
-	RateLimitBucket  = args + ratelimitLib + ratelimitBucket
+	RateLimitFixed   = ratelimitLib + ratelimitFixed
+	RateLimitSliding = ratelimitLib + ratelimitSliding
+	RateLimitBucket  = ratelimitLib + ratelimitBucket
 )
 
 // MaxCount is the largest limit or permit count the rate-limit scripts

@@ -37,3 +37,14 @@ func TestMaxCountMatchesScripts(t *testing.T) {
 		t.Fatalf("MaxCount %d is too large for the scripts", int64(MaxCount))
 	}
 }
+
+// ratelimit_lib.lua's MAX_TTL_MS is args.lua's.
+func TestRateLimitMaxTTLMatches(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local MAX_TTL_MS = ([0-9]+)$`).FindStringSubmatch(ratelimitLib)
+	if m == nil {
+		t.Fatal("ratelimit_lib.lua has no MAX_TTL_MS line")
+	}
+	if n, _ := strconv.ParseInt(m[1], 10, 64); n != MaxTTLMillis {
+		t.Fatalf("ratelimit_lib.lua MAX_TTL_MS = %d, MaxTTLMillis = %d", n, int64(MaxTTLMillis))
+	}
+}

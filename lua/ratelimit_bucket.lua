@@ -23,11 +23,8 @@
 -- Minimum server: Redis 6.2 (tested on 7.0). Not idempotent: never retry.
 
 local consume, need, limit = permit_args()
-local per = count_arg(4, 'tokens per period', 1)
-if per > limit then
-  bad_arg('tokens per period ' .. per .. ' exceed the limit ' .. limit)
-end
-local period = ms_arg(5, 'period', 1) * 1000
+local per = num(4, 'tokens per period', 1, limit)
+local period = num(5, 'period', 1, MAX_TTL_MS) * 1000
 if math.ceil(limit / per) * period > MAX_TTL_MS * 1000 then
   bad_arg('filling an empty bucket takes longer than ' .. MAX_TTL_MS .. 'ms')
 end

@@ -19,7 +19,7 @@
 -- Minimum server: Redis 6.2 (tested on 7.0). Not idempotent: never retry.
 
 local consume, need, limit = permit_args()
-local window = ms_arg(4, 'window', 1)
+local window = num(4, 'window', 1, MAX_TTL_MS)
 local now = now_us()
 
 local raw = redis.call('GET', KEYS[1])

@@ -1,4 +1,5 @@
--- ratelimit_lib: helpers the rate-limit scripts share, after args.lua.
+-- ratelimit_lib: helpers the rate-limit scripts share; lua/embed.go puts
+-- it in front of each of them.
 --
 -- Every rate-limit script takes the same first three arguments:
 --   ARGV[1]  permits to consume, a whole number in [0, MAX_COUNT]
@@ -25,27 +26,31 @@
 
 local MAX_COUNT = 1000000000000000
 
--- count_arg returns ARGV[i] as a whole number in [min, MAX_COUNT].
-local function count_arg(i, name, min)
-  local s = ARGV[i]
-  if type(s) ~= 'string' or not string.match(s, '^[0-9]+$') or #s > 16 then
-    bad_arg(name .. ' must be a whole number')
-  end
-  local n = tonumber(s)
-  if n < min or n > MAX_COUNT then
-    bad_arg(name .. ' ' .. s .. ' is outside [' .. min .. ', ' .. MAX_COUNT .. ']')
+-- MAX_TTL_MS is args.lua's (the rate-limit scripts do without args.lua:
+-- they run on every request, and its checks cost more than these).
+local MAX_TTL_MS = 3153600000000
+
+local function bad_arg(why)
+  error({err = 'COORDHOST_BADARG ' .. why})
+end
+
+-- num returns ARGV[i] as a whole number in [min, max]. tonumber also
+-- reads "1e3" or "0x10" as whole numbers: harmless, since the Go side
+-- sends decimal digits and these checks only keep a bad caller from
+-- writing nonsense.
+local function num(i, name, min, max)
+  local n = tonumber(ARGV[i])
+  if not n or n ~= n or n < min or n > max or n % 1 ~= 0 then
+    bad_arg(name .. ' ' .. tostring(ARGV[i]) .. ' is not a whole number in [' .. min .. ', ' .. max .. ']')
   end
   return n
 end
 
 -- permit_args checks and returns ARGV[1..3]: consume, need, limit.
 local function permit_args()
-  local consume = count_arg(1, 'permits', 0)
-  local need = count_arg(2, 'needed permits', 1)
-  local limit = count_arg(3, 'limit', 1)
-  if need < consume or need > limit then
-    bad_arg('needed permits ' .. need .. ' must be in [permits ' .. consume .. ', limit ' .. limit .. ']')
-  end
+  local consume = num(1, 'permits', 0, MAX_COUNT)
+  local limit = num(3, 'limit', 1, MAX_COUNT)
+  local need = num(2, 'needed permits', math.max(consume, 1), limit)
   return consume, need, limit
 end
 
@@ -61,12 +66,13 @@ local function wrong_kind(why)
   error({err = 'COORDHOST_WRONGKIND ' .. why})
 end
 
--- whole returns s as a whole number >= 0 when it is one, else nil.
+-- whole returns a stored value as a whole number >= 0, else nil.
 local function whole(s)
-  if type(s) ~= 'string' or not string.match(s, '^[0-9]+$') or #s > 16 then
+  local n = tonumber(s)
+  if not n or n ~= n or n < 0 or n > 9007199254740991 or n % 1 ~= 0 then
     return nil
   end
-  return tonumber(s)
+  return n
 end
 
 -- expire_in sets KEYS[1] to expire us microseconds from now (at least

@@ -23,11 +23,8 @@
 -- Minimum server: Redis 6.2 (tested on 7.0). Not idempotent: never retry.
 
 local consume, need, limit = permit_args()
-local window = ms_arg(4, 'window', 1)
-local segments = count_arg(5, 'segments', 1)
-if segments > window then
-  bad_arg('segments ' .. segments .. ' exceed the window of ' .. window .. 'ms (a segment is at least 1ms)')
-end
+local window = num(4, 'window', 1, MAX_TTL_MS)
+local segments = num(5, 'segments (at most one per ms of the window)', 1, window)
 local span = window * 1000
 local seg = math.floor(span / segments)
 local now = now_us()

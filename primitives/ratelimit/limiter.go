@@ -33,8 +33,8 @@ type Result struct {
 	Acquired bool
 	// Remaining is the permits available after the decision, as the
 	// server counted them (other processes may take some at once). For a
-	// request refused without asking the server (more permits than the
-	// limit) it is the latest count known.
+	// request of more permits than the limit whose peek failed, it is the
+	// latest count known.
 	Remaining int64
 	// RetryAfter, when not acquired, is how long until the permits asked
 	// for would be available if nobody else took any, as the server
@@ -239,16 +239,26 @@ func (l *Limiter) checkCall(ctx context.Context, n int64) (never bool, err error
 	return n > l.policy.Limit, nil
 }
 
-// never is the result for more permits than the limit.
-func (l *Limiter) never() Result {
+// never is the result for more permits than the limit: refused without
+// RetryAfter. A peek (consuming nothing) fills in Remaining and
+// ResetAfter, so headers built from it do not claim quota is back now;
+// if the peek fails, the latest count known stands in, without an error,
+// since the answer does not depend on the server.
+func (l *Limiter) never(ctx context.Context) Result {
 	l.rejected.Add(1)
-	return Result{Remaining: l.available.Load(), Limit: l.policy.Limit, Window: l.policy.Window}
+	res, _, err := l.decide(ctx, 0, 1)
+	if err != nil {
+		res = Result{Remaining: l.available.Load(), Limit: l.policy.Limit, Window: l.policy.Window}
+	}
+	res.Acquired, res.RetryAfter = false, 0
+	return res
 }
 
 // TryAcquire decides once whether n permits are granted, and never waits
 // or queues. n = 0 consumes nothing and reports whether a permit is
-// available. More permits than the limit are refused without asking the
-// server (Acquired false, RetryAfter 0, no error).
+// available. More permits than the limit are refused (Acquired false,
+// RetryAfter 0, no error; a peek that consumes nothing fills in
+// Remaining and ResetAfter).
 //
 // Errors: ErrInvalidPermits (n < 0), primitives.ErrClosed,
 // primitives.ErrWrongType (the key holds something this limiter did not
@@ -269,7 +279,7 @@ func (l *Limiter) TryAcquire(ctx context.Context, n int64) (Result, error) {
 // tryAcquire is TryAcquire after its checks and begin.
 func (l *Limiter) tryAcquire(ctx context.Context, n int64, never bool) (Result, error) {
 	if never {
-		return l.never(), nil
+		return l.never(ctx), nil
 	}
 	res, _, err := l.decide(ctx, n, max(n, 1))
 	return l.count(res, err)

@@ -21,8 +21,8 @@ const (
 	DefaultMaxPartitions = 100_000
 )
 
-// ErrTooManyPartitions: a Partitioned holds MaxPartitions limiters, none
-// idle long enough to close. Nothing was sent.
+// ErrTooManyPartitions: a Partitioned holds MaxPartitions limiters and
+// every one of a sample of them has a call under way. Nothing was sent.
 var ErrTooManyPartitions = errors.New("ratelimit: too many partitions")
 
 // PartitionedOptions configure a Partitioned.
@@ -36,8 +36,10 @@ type PartitionedOptions struct {
 	// Limiter.IdleDuration) is closed and forgotten; its state stays in
 	// Redis. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// MaxPartitions bounds the limiters held at once. 0 means
-	// DefaultMaxPartitions.
+	// MaxPartitions bounds the limiters held at once. A new partition
+	// past it replaces the longest-idle of a sample of limiters (its count
+	// stays in Redis); only when the sample is all busy is the call refused
+	// with ErrTooManyPartitions. 0 means DefaultMaxPartitions.
 	MaxPartitions int
 }
 
@@ -117,11 +119,8 @@ func (p *Partitioned) begin(ctx context.Context, partition string, n int64) (*Li
 	}
 	l := p.m[partition]
 	if l == nil {
-		if len(p.m) >= p.maxN {
-			p.sweep(now)
-			if len(p.m) >= p.maxN {
-				return nil, false, fmt.Errorf("%w: %d limiters are in use (PartitionedOptions.MaxPartitions)", ErrTooManyPartitions, len(p.m))
-			}
+		if len(p.m) >= p.maxN && !p.evict() {
+			return nil, false, fmt.Errorf("%w: %d limiters are in use (PartitionedOptions.MaxPartitions)", ErrTooManyPartitions, len(p.m))
 		}
 		var err error
 		if l, err = p.newFn(partition); err != nil {
@@ -140,6 +139,38 @@ func (p *Partitioned) begin(ctx context.Context, partition string, n int64) (*Li
 		return nil, false, err
 	}
 	return l, never, nil
+}
+
+// evictSample is how many limiters evict looks at: enough to find an idle
+// one among many busy ones, few enough that a flood of new partitions
+// costs O(1) each.
+const evictSample = 32
+
+// evict makes room for one limiter: it closes the longest-idle of a
+// sample of limiters (map order is random), idle for however short a
+// time. Their counts stay in Redis, so nothing is granted twice; only
+// this process forgets them. False when the whole sample is busy. p.mu
+// held.
+func (p *Partitioned) evict() bool {
+	var (
+		victim string
+		most   time.Duration = -1
+		seen   int
+	)
+	for k, l := range p.m {
+		if d, idle := l.IdleDuration(); idle && d > most {
+			victim, most = k, d
+		}
+		if seen++; seen == evictSample {
+			break
+		}
+	}
+	if most < 0 {
+		return false
+	}
+	p.retire(p.m[victim])
+	delete(p.m, victim)
+	return true
 }
 
 // sweep closes the limiters idle for at least the idle timeout. p.mu held.

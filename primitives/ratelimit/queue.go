@@ -103,9 +103,11 @@ func (q *queue) popFront() *waiter {
 // WaitN to sleep until the permits are back. n = 0 waits until a permit is
 // available and consumes nothing.
 //
-// A queued call waits until its turn or until ctx ends, even when the
-// server's RetryAfter already lies beyond ctx's deadline (it is not
-// refused early, unlike WaitN without a queue).
+// A call whose permits the server says are back only after ctx's deadline
+// (or, OldestFirst, that would queue behind a call waiting beyond it) is
+// not queued, or leaves the queue when a retry learns it: it returns not
+// acquired with a RetryAfter at once, instead of holding queue room until
+// the deadline (WaitN turns this into ErrWouldExceedDeadline).
 //
 // Errors: as TryAcquire; ctx.Err() when ctx ends while queued (nothing was
 // consumed for it unless a retry was under way); primitives.ErrClosed when
@@ -126,7 +128,7 @@ func (l *Limiter) Acquire(ctx context.Context, n int64) (Result, error) {
 // acquire is Acquire after its checks and begin.
 func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, error) {
 	if never {
-		return l.never(), nil
+		return l.never(ctx), nil
 	}
 	need := max(n, 1)
 	l.mu.Lock()
@@ -139,7 +141,7 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 	)
 	if jump {
 		res, got, err = l.decide(ctx, n, need)
-		if err != nil || res.Acquired || l.queueLimit < n {
+		if err != nil || res.Acquired || l.queueLimit < n || pastDeadline(ctx, got.Add(res.RetryAfter)) {
 			return l.count(res, err)
 		}
 	}
@@ -154,10 +156,11 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 	if !ok {
 		if !jump {
 			// Refused without asking: the RetryAfter of a peek, which
-			// consumes nothing.
+			// consumes nothing, or the front's wait when longer.
 			res, _, err = l.decide(ctx, 0, need)
 			if err == nil {
 				res.Acquired = false
+				res.RetryAfter = max(res.RetryAfter, w.wakeAt.Sub(l.ls.clk.Now()), time.Millisecond)
 			}
 		}
 		return l.count(res, err)
@@ -206,6 +209,11 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 		if l.q.permits+w.n > l.queueLimit {
 			return false, nil
 		}
+		if h := l.q.head; h != nil && pastDeadline(w.ctx, h.wakeAt) {
+			// Served after the front, which waits beyond w's deadline.
+			w.wakeAt = h.wakeAt
+			return false, nil
+		}
 		l.q.pushBack(w)
 	}
 	if !l.running {
@@ -216,6 +224,12 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 		l.poke()
 	}
 	return true, nil
+}
+
+// pastDeadline reports whether ctx ends before at.
+func pastDeadline(ctx context.Context, at time.Time) bool {
+	dl, ok := ctx.Deadline()
+	return ok && dl.Before(at)
 }
 
 // untilWake is how long until w's permits were said to be back.
@@ -284,6 +298,11 @@ func (l *Limiter) dispatch() {
 		case err != nil || res.Acquired:
 			l.q.remove(w)
 			w.finish(res, err)
+		case pastDeadline(w.ctx, got.Add(res.RetryAfter)):
+			// Its caller would wait in vain and hold room others can
+			// use: refuse it now, with when to come back.
+			l.q.remove(w)
+			w.finish(res, nil)
 		default:
 			w.wakeAt = got.Add(res.RetryAfter)
 			w.res = res

@@ -114,7 +114,10 @@ func TestQueueNewestFirst(t *testing.T) {
 func TestQueueCancelAndClose(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "q:")
-	ctx := xtest.Ctx(t, 20*time.Second)
+	// Queued calls need contexts without a deadline: one before the
+	// permits (an hour away) would not be queued at all.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	l, err := ls.TokenBucket("close", ratelimit.TokenBucketOptions{Limit: 2, TokensPerPeriod: 1, Period: time.Hour, QueueLimit: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -185,6 +188,53 @@ func TestWaitShapes(t *testing.T) {
 	if err := l.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
+
+	// With room in a queue, a deadline before the permits are back is
+	// still refused at once (and holds no queue room), whether learnt on
+	// the first attempt or by the queue's retry.
+	q := must(t)(ls.TokenBucket("deadline", ratelimit.TokenBucketOptions{Limit: 1, TokensPerPeriod: 1, Period: time.Minute, QueueLimit: 5}))
+	if !q.Allow(ctx) {
+		t.Fatal("first permit refused")
+	}
+	short2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	start = time.Now()
+	if err := q.Wait(short2); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
+		t.Fatalf("Wait with a queue and a deadline before the permits: %v", err)
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Fatalf("refused after %v, not at once", d)
+	}
+	if s := q.Statistics(); s.Queued != 0 {
+		t.Fatalf("the refused call holds queue room: %+v", s)
+	}
+	// Behind a call that waits beyond its deadline it is not queued
+	// either.
+	out := make(chan outcome, 2)
+	noDeadline, stop := context.WithCancel(context.Background())
+	defer stop()
+	queued(t, noDeadline, q, 1, out, "long")
+	r, err = q.Acquire(short2, 1)
+	if err != nil || r.Acquired || r.RetryAfter < 30*time.Second {
+		t.Fatalf("queued behind another with a short deadline: %s, %v", describe(r), err)
+	}
+	q.Close()
+	<-out
+}
+
+// More permits than the limit are refused without RetryAfter, and a peek
+// fills in Remaining and ResetAfter so headers do not claim quota is back
+// now.
+func TestNeverResultHasReset(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "q:")
+	ctx := xtest.Ctx(t, 10*time.Second)
+	l := must(t)(ls.TokenBucket("never", ratelimit.TokenBucketOptions{Limit: 2, TokensPerPeriod: 1, Period: 30 * time.Second}))
+	l.AllowN(ctx, 2)
+	r := try(t, ctx, l, 3)
+	if r.Acquired || r.RetryAfter != 0 || r.Remaining != 0 || r.ResetAfter < 29*time.Second {
+		t.Fatalf("3 permits of a bucket of 2: %s", describe(r))
+	}
 }
 
 // Partitioned makes one limiter per partition, drops idle ones (their
@@ -221,14 +271,42 @@ func TestPartitioned(t *testing.T) {
 	if r, err := p.TryAcquire(ctx, "a", 1); err != nil || r.Acquired {
 		t.Fatalf("a again: %s, %v", describe(r), err)
 	}
-	if _, err := p.TryAcquire(ctx, "c", 1); !errors.Is(err, ratelimit.ErrTooManyPartitions) {
-		t.Fatalf("third partition: %v", err)
+	// A third partition replaces an idle one: the count of the one
+	// dropped stays in Redis.
+	if r, err := p.TryAcquire(ctx, "c", 1); err != nil || !r.Acquired || p.Len() != 2 {
+		t.Fatalf("third partition: %s, %v, %d held", describe(r), err, p.Len())
 	}
-	if n := c.Do(ctx, c.B().Exists().Key("p:tenant:c").Build()); n.Error() != nil {
-		t.Fatal(n.Error())
-	} else if v, _ := n.AsInt64(); v != 0 {
+	for _, part := range []string{"a", "b"} {
+		if r, err := p.TryAcquire(ctx, part, 1); err != nil || r.Acquired {
+			t.Fatalf("%s after eviction: %s, %v", part, describe(r), err)
+		}
+	}
+	// Past MaxPartitions with every limiter busy (queued calls), a new
+	// partition is refused.
+	busy, err := ratelimit.NewPartitioned(ratelimit.PartitionedOptions{
+		New: func(part string) (*ratelimit.Limiter, error) {
+			return ls.FixedWindow("busy:"+part, ratelimit.FixedWindowOptions{Limit: 1, Window: time.Minute, QueueLimit: 1})
+		},
+		MaxPartitions: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	noDeadline, stop := context.WithCancel(context.Background())
+	defer stop()
+	busy.TryAcquire(ctx, "a", 1)
+	done := make(chan error, 1)
+	go func() { _, err := busy.Acquire(noDeadline, "a", 1); done <- err }()
+	xtest.Eventually(t, 5*time.Second, "a call is queued", func() bool { return busy.Statistics().Queued == 1 })
+	if _, err := busy.TryAcquire(ctx, "b", 1); !errors.Is(err, ratelimit.ErrTooManyPartitions) {
+		t.Fatalf("new partition while the only one is busy: %v", err)
+	}
+	if v, _ := c.Do(ctx, c.B().Exists().Key("p:busy:b").Build()).AsInt64(); v != 0 {
 		t.Fatal("a refused partition wrote its key")
 	}
+	stop()
+	<-done
 	// Idle partitions are not dropped before IdleTimeout: fake a minute
 	// of idleness by moving the limiters' idle clock is not possible, so
 	// use a short real timeout instead.

@@ -27,10 +27,9 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 //
 // Errors: ErrExceedsLimit (n is more than the limit), ErrWouldExceedDeadline
 // (a refusal's RetryAfter ends after ctx's deadline; returned at once, as
-// x/time/rate does), ctx.Err(), primitives.ErrClosed, and those of
-// Acquire. With room in the queue there is no refusal: the call waits in
-// the queue, and a deadline that comes before the permits ends it with
-// ctx.Err() (context.DeadlineExceeded) when it arrives, not at once.
+// x/time/rate does; also from the queue, as soon as a retry learns the
+// permits come back too late), ctx.Err(), primitives.ErrClosed, and those
+// of Acquire.
 func (l *Limiter) WaitN(ctx context.Context, n int64) error {
 	for {
 		res, err := l.Acquire(ctx, n)
