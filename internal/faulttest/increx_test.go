@@ -425,6 +425,24 @@ func TestIncrexShimModes(t *testing.T) {
 	}
 }
 
+// The modes of a server that has INCREX but refuses this call: the error
+// keeps its code word (the first word of the reply), and nothing changes.
+func TestIncrexShimRealErrorModes(t *testing.T) {
+	e := newIncrexEnv(t)
+	for _, tc := range []struct {
+		mode faulttest.IncrexMode
+		want string
+	}{
+		{faulttest.IncrexNoPerm, "NOPERM User default has no permissions to run the 'increx' command"},
+		{faulttest.IncrexReadOnly, "READONLY You can't write against a read only replica."},
+		{faulttest.IncrexOOM, "OOM command not allowed when used memory > 'maxmemory'."},
+	} {
+		e.shim.SetMode(tc.mode)
+		e.fails("k", args("BYINT 5 UBOUND 10 PX 1000 ENX"), tc.want)
+		e.is("0", "EXISTS", "k")
+	}
+}
+
 func TestIncrexShimPipeline(t *testing.T) {
 	e := newIncrexEnv(t)
 	c := e.c
