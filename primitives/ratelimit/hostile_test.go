@@ -7,6 +7,10 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,9 +19,11 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/faulttest"
+	"github.com/coordhost/coordhost/internal/ratetest"
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/ratelimit"
 	"github.com/redis/rueidis"
 )
@@ -277,4 +283,746 @@ func TestHostileIncrexFlappingUnderLoad(t *testing.T) {
 	} else if s, _ := v.ToString(); s != "100" {
 		t.Fatalf("counter %s", s)
 	}
+}
+
+// scriptCalls counts the scripts the server ran (EVALSHA and EVAL).
+func scriptCalls(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(s.MustCmd(t, "INFO", "commandstats"), "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			i := strings.Index(line, "calls=")
+			j := strings.IndexByte(line[i:], ',')
+			k, _ := strconv.Atoi(line[i+6 : i+j])
+			n += k
+		}
+	}
+	return n
+}
+
+// serverMicros reads the server's TIME.
+func serverMicros(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	f := strings.Fields(s.MustCmd(t, "TIME"))
+	a, _ := strconv.ParseInt(f[0], 10, 64)
+	b, _ := strconv.ParseInt(f[1], 10, 64)
+	return a*1_000_000 + b
+}
+
+// The queue never polls (Acquire doc): it retries when the server said.
+// A sliding window whose key holds counts above 2^53 (someone else wrote
+// them; the script accepts 16-digit counts) is refused with RetryAfter 0
+// (lua TestRateLimitHostileSlidingHugeCounts), and the dispatcher takes
+// that as "retry now": a queued Acquire hammers the server until its ctx
+// ends, and WaitN calls it "more than the limit".
+func TestHostileSlidingHugeCountsSpin(t *testing.T) {
+	t.Skip("FINDING C: a refusal with RetryAfter 0 makes the dispatcher retry in a tight loop (3213 scripts in 300ms)")
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 20*time.Second)
+	const window, segments = time.Minute, 10
+	l := must(t)(ls.SlidingWindow("spin", ratelimit.SlidingWindowOptions{Limit: 1, Window: window, Segments: segments, QueueLimit: 1}))
+	seg := window.Microseconds() / segments
+	now := serverMicros(t, srv)
+	current := (now/seg + 1) * seg
+	srv.MustCmd(t, "HSET", "h:spin", strconv.FormatInt(current-seg, 10), "9007199254740992")
+	srv.MustCmd(t, "HSET", "h:spin", strconv.FormatInt(current, 10), "3")
+	before := scriptCalls(t, srv)
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	r, err := l.Acquire(actx, 1)
+	calls := scriptCalls(t, srv) - before
+	t.Logf("Acquire: %s, %v after %d script calls", describe(r), err, calls)
+	if calls > 3 {
+		t.Errorf("one queued Acquire ran %d scripts in 300ms: the dispatcher polls", calls)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer wcancel()
+	if err := l.WaitN(wctx, 1); errors.Is(err, ratelimit.ErrExceedsLimit) {
+		t.Errorf("WaitN(1) on a limit of 1: %v", err)
+	}
+}
+
+// ErrQueueFull's doc: "Wait or WaitN could not queue (the queue holds
+// QueueLimit permits already) and its ctx ends before the server said
+// the permits would be back". Nothing returns it: WaitN answers
+// ErrWouldExceedDeadline in that case, so errors.Is(err, ErrQueueFull)
+// never holds.
+func TestHostileErrQueueFullNeverReturned(t *testing.T) {
+	t.Skip("FINDING F: ErrQueueFull is documented but never returned")
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 20*time.Second)
+	l := must(t)(ls.FixedWindow("qf", ratelimit.FixedWindowOptions{Limit: 1, Window: time.Minute, QueueLimit: 1}))
+	if r := try(t, ctx, l, 1); !r.Acquired {
+		t.Fatal(describe(r))
+	}
+	out := make(chan outcome, 1)
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queued(t, qctx, l, 1, out, "filler")
+	wctx, wcancel := context.WithTimeout(ctx, time.Second)
+	defer wcancel()
+	err := l.WaitN(wctx, 1)
+	if !errors.Is(err, ratelimit.ErrQueueFull) {
+		t.Errorf("WaitN with a full queue and a deadline before the permits: %v, want ErrQueueFull", err)
+	}
+	cancel()
+	<-out
+}
+
+// WaitN returns ErrWouldExceedDeadline "at once, as x/time/rate does" when
+// the permits are back only after ctx's deadline. With a queue, Acquire
+// queues the call anyway: it waits out its whole deadline, holds a place
+// in the queue meanwhile (refusing callers that could have been served),
+// and ends with ctx's error instead.
+func TestHostileQueuedPastDeadline(t *testing.T) {
+	t.Skip("FINDING E: Acquire queues a call whose deadline ends before its permits are back")
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 20*time.Second)
+	l := must(t)(ls.FixedWindow("doomed", ratelimit.FixedWindowOptions{Limit: 1, Window: time.Minute, QueueLimit: 1}))
+	if r := try(t, ctx, l, 1); !r.Acquired {
+		t.Fatal(describe(r))
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer wcancel()
+	if err := l.WaitN(wctx, 1); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
+		t.Errorf("WaitN(1) with 300ms left and the permit back in a minute: %v, want ErrWouldExceedDeadline at once", err)
+	}
+}
+
+// countingClock is the real clock that counts Now calls.
+type countingClock struct{ now atomic.Int64 }
+
+func (c *countingClock) Now() time.Time { c.now.Add(1); return time.Now() }
+func (c *countingClock) NewTimer(d time.Duration) clock.Timer {
+	return clock.Real.NewTimer(d)
+}
+func (c *countingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return clock.Real.AfterFunc(d, f)
+}
+
+// MaxPartitions exists "so keys chosen by clients cannot grow it without
+// end". Once it is reached with no partition idle long enough, every call
+// for a new partition sweeps all of them under the Partitioned's one
+// mutex (an IdleDuration, a lock and a clock read per limiter) before
+// refusing: a client that sends fresh keys makes each of its requests cost
+// O(MaxPartitions) (100,000 by default) and stalls every other partition's
+// calls meanwhile. The sweep should stay rate-limited (idle/2 apart) even
+// when full.
+func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
+	t.Skip("FINDING G: past MaxPartitions every new-partition call sweeps all limiters under the mutex")
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	clk := &countingClock{}
+	ratelimit.SetClock(ls, clk)
+	ctx := xtest.Ctx(t, 60*time.Second)
+	const max = 2000
+	p, err := ratelimit.NewPartitioned(ratelimit.PartitionedOptions{
+		New: func(part string) (*ratelimit.Limiter, error) {
+			return ls.FixedWindow("p:"+part, ratelimit.FixedWindowOptions{Limit: 1, Window: time.Minute})
+		},
+		MaxPartitions: max,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// n = 2 > Limit: decided without the server, so filling is cheap.
+	for i := range max {
+		if _, err := p.TryAcquire(ctx, strconv.Itoa(i), 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const attacks = 50
+	before := clk.now.Load()
+	start := time.Now()
+	for i := range attacks {
+		if _, err := p.TryAcquire(ctx, "fresh"+strconv.Itoa(i), 2); !errors.Is(err, ratelimit.ErrTooManyPartitions) {
+			t.Fatalf("new partition past MaxPartitions: %v", err)
+		}
+	}
+	per := (clk.now.Load() - before) / attacks
+	t.Logf("%d refused calls: %d limiter clock reads each, %v each", attacks, per, time.Since(start)/attacks)
+	if per > 10 {
+		t.Errorf("each refused call past MaxPartitions read %d limiters (of %d): a full sweep per call under the Partitioned's mutex", per, max)
+	}
+}
+
+// DefaultMaxPartitions bounds a Partitioned "(about 1 KB each), so keys
+// chosen by clients cannot grow it without end". The bound counts
+// partitions, not bytes: a Key that returns a request header (an API key,
+// a tenant name: the documented use) lets each client-chosen key hold
+// its whole length twice (the map's key and the limiter's Redis key), so
+// 100,000 partitions of 1 MB headers (net/http's default MaxHeaderBytes)
+// are 200 GB. Long partition keys should be refused (400 via Key's error
+// path) or hashed.
+func TestHostileMiddlewareHugeKeysMemory(t *testing.T) {
+	t.Skip("FINDING H: MaxPartitions bounds count, not bytes: 1 MB client keys retain ~2 MB each")
+	e := newHTTPEnv(t, nil, ratelimit.MiddlewareOptions{
+		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
+		// More than the limit: decided without the server, so this
+		// measures the Partitioned alone.
+		Cost: func(*http.Request) int64 { return 1 << 62 },
+	}, fixed(1, time.Minute, 0))
+	const n, size = 16, 512 << 10
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		key := strconv.Itoa(i) + strings.Repeat("k", size)
+		w := e.do(t, "/", "192.0.2.1:1", "X-Api-Key", key)
+		if w.Code != http.StatusTooManyRequests {
+			t.Fatalf("status %d", w.Code)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("%d partitions of %d-byte keys: %d bytes retained each (%d held)", n, size, per, e.p.Len())
+	if per > 64<<10 {
+		t.Errorf("each client-chosen partition retains %d bytes: DefaultMaxPartitions (%d) bounds memory at %d GB, not ~100 MB", per, ratelimit.DefaultMaxPartitions, per*ratelimit.DefaultMaxPartitions>>30)
+	}
+}
+
+// The middleware's fields stay well-formed under hostile inputs: a Name
+// with CR/LF is refused (no header injection), quotes and backslashes
+// are escaped, a Cost of MaxInt64 is refused without Retry-After, MinInt64
+// is a 500, binary and huge keys decide like any other, and a bucket
+// whose refill is 100 years away gives a finite Retry-After.
+func TestHostileMiddlewareFields(t *testing.T) {
+	for _, name := range []string{"a\r\nX-Evil: 1", "a\nb", "tab\there", "caf\xc3\xa9", "\x7f"} {
+		p, _ := ratelimit.NewPartitioned(ratelimit.PartitionedOptions{New: func(string) (*ratelimit.Limiter, error) { return nil, nil }})
+		if _, err := ratelimit.NewMiddleware(p, ratelimit.MiddlewareOptions{Name: name}); !errors.Is(err, primitives.ErrInvalidOptions) {
+			t.Errorf("Name %q: %v", name, err)
+		}
+		p.Close()
+	}
+	srv := redistest.Start(t)
+	var cost atomic.Int64
+	e := newHTTPEnv(t, srv, ratelimit.MiddlewareOptions{
+		Name: `q"u\o`,
+		Key:  func(r *http.Request) (string, error) { return r.Header.Get("X-K"), nil },
+		Cost: func(*http.Request) int64 { return cost.Load() },
+	}, func(ls *ratelimit.Limiters, part string) (*ratelimit.Limiter, error) {
+		if strings.HasPrefix(part, "slow") {
+			return ls.TokenBucket(part, ratelimit.TokenBucketOptions{Limit: 1, TokensPerPeriod: 1, Period: ratelimit.MaxWindow})
+		}
+		return ls.FixedWindow(part, ratelimit.FixedWindowOptions{Limit: 3, Window: time.Minute})
+	})
+	cost.Store(math.MaxInt64)
+	w := e.do(t, "/", "192.0.2.1:1", "X-K", "k")
+	want(t, w, http.StatusTooManyRequests, "", "Retry-After", "", "RateLimit-Policy", `"q\"u\\o";q=3;w=60`)
+	cost.Store(math.MinInt64)
+	want(t, e.do(t, "/", "192.0.2.1:1", "X-K", "k"), http.StatusInternalServerError, "")
+	cost.Store(1)
+	for _, key := range []string{"\x00\xff{}\r\n", strings.Repeat("{", 1<<20), "__coordhost:x"} {
+		w := e.do(t, "/", "192.0.2.1:1", "X-K", key)
+		if w.Code != http.StatusOK && !(strings.HasPrefix(key, "__coordhost:") && w.Code == http.StatusServiceUnavailable) {
+			t.Errorf("key %.20q: status %d %q", key, w.Code, w.Body.String())
+		}
+	}
+	cost.Store(1)
+	want(t, e.do(t, "/", "192.0.2.1:1", "X-K", "slow"), http.StatusOK, "")
+	w = e.do(t, "/", "192.0.2.1:1", "X-K", "slow")
+	ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	maxSecs := int64(ratelimit.MaxWindow / time.Second)
+	if w.Code != http.StatusTooManyRequests || err != nil || ra <= maxSecs-60 || ra > maxSecs+1 {
+		t.Errorf("100-year refill: status %d Retry-After %q, want about %d", w.Code, w.Header().Get("Retry-After"), maxSecs)
+	}
+	for k, v := range w.Header() {
+		for _, s := range v {
+			if strings.ContainsAny(s, "\r\n") {
+				t.Errorf("header %s has a line break: %q", k, s)
+			}
+		}
+	}
+}
+
+// hammer runs workers goroutines that TryAcquire random n in [1, maxN]
+// until d has passed, and returns every grant at its ServerTime.
+func hammer(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int, maxN int64, d time.Duration) []ratetest.Grant {
+	t.Helper()
+	var mu sync.Mutex
+	var grants []ratetest.Grant
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for time.Now().Before(end) {
+				n := 1 + rng.Int64N(maxN)
+				r, err := l.TryAcquire(ctx, n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Acquired {
+					mu.Lock()
+					grants = append(grants, ratetest.Grant{At: r.ServerTime, N: n})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return grants
+}
+
+// No interval of one window holds more than the limit, whatever the
+// segment count (1, the default, one per millisecond, a count that does
+// not divide the window), with mixed n, many goroutines, and grants
+// timed by the server.
+func TestHostileSlidingWindowBound(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 60*time.Second)
+	const limit, window = 10, 30 * time.Millisecond
+	for _, segs := range []int{1, 7, 10, 30} {
+		t.Run(strconv.Itoa(segs), func(t *testing.T) {
+			l := must(t)(ls.SlidingWindow("sw"+strconv.Itoa(segs), ratelimit.SlidingWindowOptions{Limit: limit, Window: window, Segments: segs}))
+			grants := hammer(t, ctx, l, 6, 4, 400*time.Millisecond)
+			most, from := ratetest.MaxIn(grants, window)
+			t.Logf("%d grants, %d permits; most in a window: %d", len(grants), ratetest.Total(grants), most)
+			if most > limit {
+				t.Fatalf("%d permits in the window from %v (limit %d)", most, from, limit)
+			}
+			if ratetest.Total(grants) < 2*limit {
+				t.Fatalf("only %d permits in 400ms: the window does not slide", ratetest.Total(grants))
+			}
+		})
+	}
+}
+
+// A token bucket grants at most Limit + TokensPerPeriod×⌈D/Period⌉ in any
+// interval D, under load with mixed n.
+func TestHostileTokenBucketBound(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 60*time.Second)
+	for _, tc := range []struct{ limit, per int64 }{{5, 2}, {5, 5}, {7, 1}} {
+		t.Run(strconv.FormatInt(tc.limit, 10)+"/"+strconv.FormatInt(tc.per, 10), func(t *testing.T) {
+			const period = 15 * time.Millisecond
+			l := must(t)(ls.TokenBucket("tb"+strconv.FormatInt(tc.limit*10+tc.per, 10), ratelimit.TokenBucketOptions{Limit: tc.limit, TokensPerPeriod: tc.per, Period: period}))
+			grants := hammer(t, ctx, l, 6, 3, 400*time.Millisecond)
+			excess, at := ratetest.BucketExcess(grants, tc.limit, tc.per, period, 12)
+			t.Logf("%d permits; largest excess %d at %v", ratetest.Total(grants), excess, at)
+			if excess > 0 {
+				t.Fatalf("%d permits over the bound in an interval of %v", excess, at)
+			}
+		})
+	}
+}
+
+// A refusal's RetryAfter is never early: once the server's clock has
+// passed the decision's ServerTime + RetryAfter, the same request (no one
+// else consuming) is granted. Every algorithm, n from 1 to the limit.
+func TestHostileRetryAfterNeverEarly(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 60*time.Second)
+	rng := rand.New(rand.NewPCG(1, 2))
+	mk := map[string]func() (*ratelimit.Limiter, error){
+		"fixed": func() (*ratelimit.Limiter, error) {
+			return ls.FixedWindow("ra:f", ratelimit.FixedWindowOptions{Limit: 4, Window: 20 * time.Millisecond})
+		},
+		"sliding": func() (*ratelimit.Limiter, error) {
+			return ls.SlidingWindow("ra:s", ratelimit.SlidingWindowOptions{Limit: 4, Window: 20 * time.Millisecond, Segments: 3})
+		},
+		"bucket": func() (*ratelimit.Limiter, error) {
+			return ls.TokenBucket("ra:b", ratelimit.TokenBucketOptions{Limit: 4, TokensPerPeriod: 1, Period: 7 * time.Millisecond})
+		},
+	}
+	for name, make := range mk {
+		t.Run(name, func(t *testing.T) {
+			l := must(t)(make())
+			for i := 0; i < 25; i++ {
+				// Consume a random amount, then ask for a random n.
+				try(t, ctx, l, 1+rng.Int64N(4))
+				n := 1 + rng.Int64N(4)
+				r := try(t, ctx, l, n)
+				if r.Acquired {
+					continue
+				}
+				if r.RetryAfter <= 0 {
+					t.Fatalf("refused %d with RetryAfter %v", n, r.RetryAfter)
+				}
+				due := r.ServerTime.Add(r.RetryAfter).UnixMicro()
+				time.Sleep(r.RetryAfter)
+				for serverMicros(t, srv) < due {
+					time.Sleep(100 * time.Microsecond)
+				}
+				if again := try(t, ctx, l, n); !again.Acquired {
+					t.Fatalf("refused %d at %v with RetryAfter %v, refused again after it: %s", n, r.ServerTime, r.RetryAfter, describe(again))
+				}
+			}
+		})
+	}
+}
+
+// storm runs random calls on l from many goroutines until stop closes:
+// TryAcquire, Acquire and WaitN with n in [0, limit+1], contexts that end
+// at random (before the call, while queued, while the dispatcher's retry is
+// in flight), Allow. It returns the grants and fails t on an error no call
+// of that shape may return.
+//
+// WaitN's ErrExceedsLimit for n within the limit is FINDING A (an
+// OldestFirst queue that is full answers RetryAfter 0): counted in
+// *findingA, not failed here, so the rest of the storm still runs.
+func storm(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int, stop <-chan struct{}, closing *atomic.Bool, findingA *atomic.Int64) []ratetest.Grant {
+	t.Helper()
+	var mu sync.Mutex
+	var grants []ratetest.Grant
+	var wg sync.WaitGroup
+	limit := l.Policy().Limit
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 99))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := rng.Int64N(limit + 2)
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(20*time.Millisecond))))
+				if rng.IntN(10) == 0 {
+					cancel() // ended before the call
+				}
+				var (
+					r   ratelimit.Result
+					err error
+				)
+				op := rng.IntN(4)
+				switch op {
+				case 0:
+					r, err = l.TryAcquire(cctx, n)
+				case 1:
+					r, err = l.Acquire(cctx, n)
+				case 2:
+					err = l.WaitN(cctx, n)
+					r.Acquired = err == nil
+				default:
+					r.Acquired = l.AllowN(cctx, n)
+				}
+				cancel()
+				switch {
+				case err == nil:
+				case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				case errors.Is(err, ratelimit.ErrWouldExceedDeadline):
+				case errors.Is(err, ratelimit.ErrExceedsLimit) && n > limit:
+				case errors.Is(err, ratelimit.ErrExceedsLimit) && op == 2:
+					findingA.Add(1)
+				case errors.Is(err, primitives.ErrClosed) && closing.Load():
+				default:
+					t.Errorf("op %d n %d: %v", op, n, err)
+				}
+				if r.Acquired && n > 0 && op < 2 {
+					mu.Lock()
+					grants = append(grants, ratetest.Grant{At: r.ServerTime, N: n})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return grants
+}
+
+// Many goroutines, random calls and random cancellations, then Close
+// racing with a second storm: the queue's count returns to 0, the limiter
+// is idle, the bucket's bound holds for the grants seen, Close ends every
+// call promptly, and no goroutine is left (goleak in TestMain).
+func TestHostileLifecycleStorm(t *testing.T) {
+	for _, order := range []ratelimit.QueueOrder{ratelimit.OldestFirst, ratelimit.NewestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			c := redistest.Start(t).Client(t)
+			ls := newLimiters(t, c, "h:")
+			ctx := xtest.Ctx(t, 60*time.Second)
+			const limit, per, period = 3, 1, 4 * time.Millisecond
+			l, err := ls.TokenBucket("storm", ratelimit.TokenBucketOptions{Limit: limit, TokensPerPeriod: per, Period: period, QueueLimit: 4, QueueOrder: order})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var closing atomic.Bool
+			var findingA atomic.Int64
+			defer func() {
+				if n := findingA.Load(); n > 0 {
+					t.Logf("FINDING A: WaitN answered ErrExceedsLimit within the limit %d times", n)
+				}
+			}()
+			stop := make(chan struct{})
+			time.AfterFunc(400*time.Millisecond, func() { close(stop) })
+			grants := storm(t, ctx, l, 24, stop, &closing, &findingA)
+			if excess, at := ratetest.BucketExcess(grants, limit, per, period, 10); excess > 0 {
+				t.Errorf("%d over the bound in %v", excess, at)
+			}
+			xtest.Eventually(t, 5*time.Second, "the queue empties", func() bool { return l.Statistics().Queued == 0 })
+			if _, idle := l.IdleDuration(); !idle {
+				t.Errorf("not idle after every call returned: %+v", l.Statistics())
+			}
+			t.Logf("%d grants, statistics %+v", len(grants), l.Statistics())
+
+			stop2 := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				storm(t, ctx, l, 24, stop2, &closing, &findingA)
+				close(done)
+			}()
+			time.Sleep(50 * time.Millisecond)
+			closing.Store(true)
+			l.Close()
+			close(stop2)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("calls still running 10s after Close")
+			}
+			if s := l.Statistics(); s.Queued != 0 {
+				t.Errorf("queued after Close: %+v", s)
+			}
+			if _, err := l.Acquire(ctx, 1); !errors.Is(err, primitives.ErrClosed) {
+				t.Errorf("Acquire after Close: %v", err)
+			}
+		})
+	}
+}
+
+// Partitions swept while calls run on them: with an idle timeout of 1ns
+// every call sweeps, yet no call sees its limiter closed under it, the
+// counts survive the sweeps, and Close ends the queued calls.
+func TestHostilePartitionedSweepRace(t *testing.T) {
+	c := redistest.Start(t).Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 60*time.Second)
+	var made atomic.Int64
+	p, err := ratelimit.NewPartitioned(ratelimit.PartitionedOptions{
+		New: func(part string) (*ratelimit.Limiter, error) {
+			made.Add(1)
+			return ls.SlidingWindow("ps:"+part, ratelimit.SlidingWindowOptions{Limit: 2, Window: 20 * time.Millisecond, Segments: 4, QueueLimit: 3})
+		},
+		IdleTimeout:   time.Nanosecond,
+		MaxPartitions: 4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var closed atomic.Bool
+	stop := make(chan struct{})
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 5))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				part := strconv.Itoa(rng.IntN(6))
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(30*time.Millisecond))))
+				var err error
+				if rng.IntN(2) == 0 {
+					_, err = p.Acquire(cctx, part, 1+rng.Int64N(2))
+				} else {
+					_, err = p.TryAcquire(cctx, part, rng.Int64N(3))
+				}
+				cancel()
+				switch {
+				case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				case errors.Is(err, ratelimit.ErrTooManyPartitions):
+				case errors.Is(err, primitives.ErrClosed) && closed.Load():
+				default:
+					t.Errorf("partition %s: %v", part, err)
+				}
+			}
+		}()
+	}
+	time.Sleep(400 * time.Millisecond)
+	closed.Store(true)
+	p.Close()
+	close(stop)
+	wg.Wait()
+	s := p.Statistics()
+	t.Logf("%d limiters made; statistics %+v", made.Load(), s)
+	if s.Queued != 0 || p.Len() != 0 {
+		t.Errorf("after Close: %+v, %d held", s, p.Len())
+	}
+	if s.Granted == 0 {
+		t.Error("nothing granted")
+	}
+}
+
+// A ctx that ended before the call: the call fails with its error and
+// nothing is written (DESIGN §2: a failed acquire leaves no state), on
+// every algorithm and through every entry point.
+func TestHostileDeadCtxWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, k := range kinds {
+		l := must(t)(k.make(ls, "dead:"+k.name, 3, time.Minute, 3, ratelimit.OldestFirst))
+		for name, call := range map[string]func() error{
+			"TryAcquire": func() error { _, err := l.TryAcquire(dead, 1); return err },
+			"Acquire":    func() error { _, err := l.Acquire(dead, 1); return err },
+			"WaitN":      func() error { return l.WaitN(dead, 1) },
+		} {
+			if err := call(); !errors.Is(err, context.Canceled) {
+				t.Errorf("%s %s: %v", k.name, name, err)
+			}
+		}
+		if l.AllowN(dead, 1) {
+			t.Errorf("%s: AllowN with a dead ctx", k.name)
+		}
+		if n := srv.MustCmd(t, "EXISTS", "h:dead:"+k.name); n != "0" {
+			t.Errorf("%s: a call with a dead ctx wrote the key", k.name)
+		}
+		if s := l.Statistics(); s.Granted+s.Rejected != 0 || s.Queued != 0 {
+			t.Errorf("%s: %+v", k.name, s)
+		}
+	}
+}
+
+// A paused server (SIGSTOP): calls end with their ctx (also queued ones
+// and the dispatcher's retry in flight), the queue empties, and after
+// Resume the limiter decides again.
+func TestHostilePausedServer(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 30*time.Second)
+	l := must(t)(ls.TokenBucket("pause", ratelimit.TokenBucketOptions{Limit: 1, TokensPerPeriod: 1, Period: 50 * time.Millisecond, QueueLimit: 5}))
+	if r := try(t, ctx, l, 1); !r.Acquired {
+		t.Fatal(describe(r))
+	}
+	out := make(chan outcome, 3)
+	short, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	defer cancel()
+	for i := range 3 {
+		queued(t, short, l, 1, out, strconv.Itoa(i))
+	}
+	srv.Pause()
+	defer srv.Resume()
+	tctx, tcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer tcancel()
+	if _, err := l.TryAcquire(tctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire on a paused server: %v", err)
+	}
+	granted := 0
+	for range 3 {
+		o := <-out
+		switch {
+		case o.err == nil && o.res.Acquired:
+			granted++ // served before the pause took hold
+		case errors.Is(o.err, context.DeadlineExceeded):
+		default:
+			t.Errorf("queued %s: %s, %v", o.tag, describe(o.res), o.err)
+		}
+	}
+	if s := l.Statistics(); s.Queued != 0 {
+		t.Errorf("after the pause: %+v", s)
+	}
+	srv.Resume()
+	xtest.Eventually(t, 10*time.Second, "the limiter decides again", func() bool {
+		_, err := l.TryAcquire(ctx, 0)
+		return err == nil
+	})
+	t.Logf("%d queued calls served before the pause", granted)
+}
+
+// A restart without persistence loses the counts: the limiter fails open
+// (a whole new limit), as doc.go says ("What the limits rest on"), and the
+// scripts are loaded again (NOSCRIPT) without an error reaching the
+// caller.
+func TestHostileRestartFailsOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 30*time.Second)
+	var lims []*ratelimit.Limiter
+	for _, k := range kinds {
+		l := must(t)(k.make(ls, "restart:"+k.name, 2, time.Hour, 0, ratelimit.OldestFirst))
+		if r := try(t, ctx, l, 2); !r.Acquired {
+			t.Fatal(describe(r))
+		}
+		if r := try(t, ctx, l, 1); r.Acquired {
+			t.Fatal(describe(r))
+		}
+		lims = append(lims, l)
+	}
+	srv.Restart(t)
+	for i, l := range lims {
+		var r ratelimit.Result
+		xtest.Eventually(t, 10*time.Second, "the client reconnects", func() bool {
+			var err error
+			r, err = l.TryAcquire(ctx, 1)
+			return err == nil
+		})
+		if !r.Acquired || r.Remaining != 1 {
+			t.Errorf("%s after a restart: %s (doc.go: fails open with a new limit)", kinds[i].name, describe(r))
+		}
+	}
+}
+
+// Connections killed under load (CLIENT KILL): calls fail with transport
+// errors or succeed, nothing else; the limiter works afterwards and the
+// queue is empty.
+func TestHostileKilledConnections(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 30*time.Second)
+	l := must(t)(ls.SlidingWindow("kill", ratelimit.SlidingWindowOptions{Limit: 5, Window: 20 * time.Millisecond, Segments: 4, QueueLimit: 5}))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var answered, failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_, err := l.Acquire(cctx, 1)
+				cancel()
+				if err == nil {
+					answered.Add(1)
+					continue
+				}
+				failed.Add(1)
+				if errors.Is(err, primitives.ErrWrongType) || errors.Is(err, primitives.ErrClosed) || errors.Is(err, primitives.ErrInvalidOptions) {
+					t.Errorf("under CLIENT KILL: %v", err)
+				}
+			}
+		}()
+	}
+	for range 10 {
+		time.Sleep(20 * time.Millisecond)
+		srv.Cmd(t, "CLIENT", "KILL", "TYPE", "normal")
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d answered, %d failed", answered.Load(), failed.Load())
+	if s := l.Statistics(); s.Queued != 0 {
+		t.Errorf("queue after the storm: %+v", s)
+	}
+	xtest.Eventually(t, 10*time.Second, "the limiter decides again", func() bool {
+		_, err := l.TryAcquire(ctx, 0)
+		return err == nil
+	})
 }
