@@ -35,6 +35,10 @@ const (
 	// IncrexOOM answers "OOM command not allowed when used memory >
 	// 'maxmemory'.", like a full server with maxmemory-policy noeviction.
 	IncrexOOM
+	// IncrexProxyUnsupported answers "unsupported command 'INCREX'" with
+	// no code word, as Envoy's redis_proxy filter answers a command it
+	// does not know (it never reaches a server that might have it).
+	IncrexProxyUnsupported
 )
 
 // IncrexShim is a loopback RESP server that gives a real Redis the INCREX
@@ -295,6 +299,8 @@ func (s *IncrexShim) commands(out, msg []byte) []byte {
 		errMsg = "READONLY You can't write against a read only replica."
 	case IncrexOOM:
 		errMsg = "OOM command not allowed when used memory > 'maxmemory'."
+	case IncrexProxyUnsupported:
+		errMsg = "unsupported command '" + string(args[0]) + "'"
 	default:
 		var argv []string
 		if argv, errMsg = increxArgv(args); errMsg == "" {
