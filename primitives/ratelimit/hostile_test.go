@@ -1377,3 +1377,56 @@ func TestHostileZeroValues(t *testing.T) {
 		}()
 	}
 }
+
+// NewestFirst refuses its oldest queued call to make room, with Acquired
+// false and no error: a clean refusal that consumed nothing. But the
+// oldest call can be the one whose retry the dispatcher has in flight (a
+// newer call was queued in front of it meanwhile, or it was alone): when
+// that retry is granted on the server and the new call's refusal is
+// handled first, the evicted caller is told "refused" while the server
+// consumed its permits, which the dispatcher then drops ("its caller is
+// gone"). Reproduced by pausing the server while the dispatcher's retry
+// and the new call's decision are both sent, so their replies come back
+// together.
+func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
+	t.Skip("FINDING M: NewestFirst evicts the call whose retry is in flight: told refused, its granted permit is dropped")
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 120*time.Second)
+	const window = 150 * time.Millisecond
+	for i := range 40 {
+		key := "evict" + strconv.Itoa(i)
+		l := must(t)(ls.FixedWindow(key, ratelimit.FixedWindowOptions{Limit: 1, Window: window, QueueLimit: 1, QueueOrder: ratelimit.NewestFirst}))
+		r0 := try(t, ctx, l, 1)
+		if !r0.Acquired {
+			t.Fatal(describe(r0))
+		}
+		windowEnd := time.Now().Add(r0.ResetAfter)
+		out := make(chan outcome, 2)
+		queued(t, ctx, l, 1, out, "A")
+		// Pause before the window ends: the dispatcher's retry of A is
+		// sent into the paused server, and B's decision after it.
+		time.Sleep(time.Until(windowEnd) - 20*time.Millisecond)
+		srv.Pause()
+		time.Sleep(60 * time.Millisecond)
+		go func() {
+			r, err := l.Acquire(ctx, 1)
+			out <- outcome{"B", r, err, time.Now()}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		srv.Resume()
+		first := <-out
+		// Give the dispatcher time to settle, then look at the server.
+		time.Sleep(20 * time.Millisecond)
+		counter := srv.MustCmd(t, "GET", "h:"+key)
+		st := l.Statistics()
+		if first.tag == "A" && first.err == nil && !first.res.Acquired && counter == "1" && st.Granted == 1 {
+			t.Fatalf("iteration %d: A was refused cleanly (%s) while its retry consumed the window's permit (counter %s, granted %d): the permit is lost", i, describe(first.res), counter, st.Granted)
+		}
+		l.Close()
+		for len(out) > 0 {
+			<-out
+		}
+	}
+}
