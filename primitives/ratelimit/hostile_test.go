@@ -9,6 +9,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"runtime"
 	"slices"
@@ -666,6 +667,16 @@ func TestHostileRetryAfterNeverEarly(t *testing.T) {
 	}
 }
 
+// ctxEnded reports whether err is how a call ends when its ctx does. A
+// dial timeout counts too: it is how a ctx's deadline ends a call while
+// rueidis dials (FINDING N, TestHostileDeadlineDuringDial), and a shared
+// dial gives it to the calls waiting on the same connection.
+func ctxEnded(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &op) && op.Op == "dial" && op.Timeout())
+}
+
 // storm runs random calls on l from many goroutines until stop closes:
 // TryAcquire, Acquire and WaitN with n in [0, limit+1], contexts that end
 // at random (before the call, while queued, while the dispatcher's retry is
@@ -715,8 +726,7 @@ func storm(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int,
 				}
 				cancel()
 				switch {
-				case err == nil:
-				case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				case err == nil, ctxEnded(err):
 				case errors.Is(err, ratelimit.ErrWouldExceedDeadline):
 				case errors.Is(err, ratelimit.ErrExceedsLimit) && n > limit:
 				case errors.Is(err, ratelimit.ErrExceedsLimit) && op == 2:
@@ -830,16 +840,16 @@ func TestHostilePartitionedSweepRace(t *testing.T) {
 				default:
 				}
 				part := strconv.Itoa(rng.IntN(6))
-				cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(30*time.Millisecond))))
 				var err error
 				if rng.IntN(2) == 0 {
+					cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(50*time.Millisecond))))
 					_, err = p.Acquire(cctx, part, 1+rng.Int64N(2))
+					cancel()
 				} else {
-					_, err = p.TryAcquire(cctx, part, rng.Int64N(3))
+					_, err = p.TryAcquire(ctx, part, rng.Int64N(3))
 				}
-				cancel()
 				switch {
-				case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+				case err == nil, ctxEnded(err):
 				case errors.Is(err, ratelimit.ErrTooManyPartitions):
 				case errors.Is(err, primitives.ErrClosed) && closed.Load():
 				default:
@@ -1213,11 +1223,17 @@ func TestHostileNewestFirstEviction(t *testing.T) {
 		r, err := l.Acquire(qctx, 3)
 		out <- outcome{"d", r, err, time.Now()}
 	}()
-	for _, want := range []string{"a", "b"} {
+	// Both are refused in one step; their callers return in any order.
+	evicted := map[string]bool{}
+	for range 2 {
 		o := <-out
-		if o.tag != want || o.err != nil || o.res.Acquired || o.res.RetryAfter <= 0 {
-			t.Fatalf("evicted %s (want %s): %s, %v", o.tag, want, describe(o.res), o.err)
+		if (o.tag != "a" && o.tag != "b") || o.err != nil || o.res.Acquired || o.res.RetryAfter <= 0 {
+			t.Fatalf("evicted %s (want a and b): %s, %v", o.tag, describe(o.res), o.err)
 		}
+		evicted[o.tag] = true
+	}
+	if len(evicted) != 2 {
+		t.Fatalf("evicted %v", evicted)
 	}
 	xtest.Eventually(t, 5*time.Second, "d queued", func() bool { return l.Statistics().Queued == 4 })
 	select {
@@ -1429,4 +1445,41 @@ func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
 			<-out
 		}
 	}
+}
+
+// DESIGN §2: a failed acquire returns an error that matches ctx.Err()
+// with errors.Is. rueidis dials its connections lazily, with the caller's
+// ctx; when that ctx's deadline ends the dial, Go may report the socket's
+// own deadline ("dial tcp ...: i/o timeout", os.ErrDeadlineExceeded), which
+// matches neither context.DeadlineExceeded nor ctx.Err(). The limiter
+// passes it on as it is. (A dial error also means nothing was sent, so the
+// call could say so, or retry while its ctx lasts.)
+func TestHostileDeadlineDuringDial(t *testing.T) {
+	t.Skip("FINDING N: a ctx deadline that ends a lazy dial gives an error that does not match ctx.Err()")
+	srv := redistest.Start(t)
+	ctx := xtest.Ctx(t, 60*time.Second)
+	rng := rand.New(rand.NewPCG(3, 4))
+	seen := 0
+	for i := 0; i < 60 && seen < 200; i++ {
+		// A fresh client each round: its other connections are dialled
+		// by the calls below.
+		c := srv.Client(t)
+		ls := newLimiters(t, c, "h:")
+		for j := range 16 {
+			l := must(t)(ls.SlidingWindow("dial"+strconv.Itoa(i*16+j), ratelimit.SlidingWindowOptions{Limit: 5, Window: time.Minute}))
+			cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(int64(2*time.Millisecond))))
+			_, err := l.TryAcquire(cctx, 1)
+			<-cctx.Done()
+			cancel()
+			if err == nil {
+				continue
+			}
+			seen++
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d: the call's ctx ended (%v), the error does not match it: %v", i, cctx.Err(), err)
+			}
+		}
+		c.Close()
+	}
+	t.Logf("%d errors, all matching ctx.Err()", seen)
 }
