@@ -1483,3 +1483,60 @@ func TestHostileDeadlineDuringDial(t *testing.T) {
 	}
 	t.Logf("%d errors, all matching ctx.Err()", seen)
 }
+
+// The key changed from outside between two calls: replaced by another
+// algorithm's state or another type (ErrWrongType, nothing written),
+// deleted (a fresh limit), or stripped of its expiry (the next grant
+// gives it one again).
+func TestHostileKeyChangedBetweenCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ls := newLimiters(t, c, "h:")
+	ctx := xtest.Ctx(t, 30*time.Second)
+	foreign := map[string][][]string{
+		"fixed":   {{"HSET", "K", "tokens", "1", "at", "1"}, {"RPUSH", "K", "x"}, {"SET", "K", "abc"}},
+		"sliding": {{"HSET", "K", "tokens", "1", "at", "1"}, {"SET", "K", "1"}, {"HSET", "K", "x", "1"}},
+		"bucket":  {{"HSET", "K", "1", "1"}, {"SET", "K", "1"}, {"SADD", "K", "x"}},
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			key := "chg:" + k.name
+			full := "h:" + key
+			l := must(t)(k.make(ls, key, 3, time.Minute, 0, ratelimit.OldestFirst))
+			for _, f := range foreign[k.name] {
+				if r := try(t, ctx, l, 1); !r.Acquired {
+					t.Fatal(describe(r))
+				}
+				srv.MustCmd(t, "DEL", full)
+				cmd := slices.Clone(f)
+				cmd[1] = full
+				srv.MustCmd(t, cmd...)
+				before := srv.MustCmd(t, "DUMP", full)
+				if _, err := l.TryAcquire(ctx, 1); !errors.Is(err, primitives.ErrWrongType) {
+					t.Fatalf("after %v: %v", f, err)
+				}
+				if _, err := l.TryAcquire(ctx, 0); !errors.Is(err, primitives.ErrWrongType) {
+					t.Fatalf("peek after %v: %v", f, err)
+				}
+				if after := srv.MustCmd(t, "DUMP", full); after != before {
+					t.Fatalf("after %v: the foreign value was changed", f)
+				}
+				srv.MustCmd(t, "DEL", full)
+			}
+			if r := try(t, ctx, l, 3); !r.Acquired {
+				t.Fatalf("after DEL: %s", describe(r))
+			}
+			srv.MustCmd(t, "DEL", full)
+			if r := try(t, ctx, l, 1); !r.Acquired {
+				t.Fatal(describe(r))
+			}
+			srv.MustCmd(t, "PERSIST", full)
+			if r := try(t, ctx, l, 1); !r.Acquired {
+				t.Fatal(describe(r))
+			}
+			if ttl := srv.MustCmd(t, "PTTL", full); ttl == "-1" {
+				t.Fatalf("a grant left the key without expiry")
+			}
+		})
+	}
+}
