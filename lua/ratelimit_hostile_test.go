@@ -57,7 +57,7 @@ func decide(t *testing.T, ctx context.Context, s *redistest.Server, src, key str
 // with retry_us 0, which the Go side reads as "can never succeed" (and a
 // queued Acquire retries at once, forever).
 func TestRateLimitHostileSlidingHugeCounts(t *testing.T) {
-	t.Skip("FINDING C: sliding window with counts above 2^53 refuses with retry_us 0")
+	t.Skip("FINDING 5: sliding window with counts above 2^53 refuses with retry_us 0")
 	s := redistest.Start(t, redistest.Version(8))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -201,7 +201,7 @@ func TestRateLimitHostileValues(t *testing.T) {
 // args.lua says must never happen), and neither error is
 // COORDHOST_WRONGKIND.
 func TestRateLimitHostileLeadingZeros(t *testing.T) {
-	t.Skip("FINDING I: counts with leading zeros pass whole(); INCRBY/HINCRBY fail after the sliding window pruned")
+	t.Skip("FINDING 11: counts with leading zeros pass whole(); INCRBY/HINCRBY fail after the sliding window pruned")
 	s := redistest.Start(t, redistest.Version(8))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -37,7 +37,7 @@ import (
 // more than are free), the peek grants, Acquire forces Acquired false and
 // returns RetryAfter 0, and WaitN takes that for "more than the limit".
 func TestHostileQueueFullRetryAfterZero(t *testing.T) {
-	t.Skip("FINDING A: OldestFirst full queue answers RetryAfter 0 while permits are free; WaitN returns ErrExceedsLimit")
+	t.Skip("FINDING 1: OldestFirst full queue answers RetryAfter 0 while permits are free; WaitN returns ErrExceedsLimit")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -72,7 +72,7 @@ func TestHostileQueueFullRetryAfterZero(t *testing.T) {
 // queue's permit count, so it passes the QueueLimit check and queues
 // anyway, on every limiter, without any bound on the number of callers.
 func TestHostileZeroPermitsIgnoreQueueLimit(t *testing.T) {
-	t.Skip("FINDING B: Acquire(ctx, 0) queues although QueueLimit is 0, without bound")
+	t.Skip("FINDING 6: Acquire(ctx, 0) queues although QueueLimit is 0, without bound")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -148,7 +148,7 @@ func TestHostileIncrexRealErrors(t *testing.T) {
 // the counter has moved: each call consumes while failing, and once it
 // reaches 0 the window grants Limit more on top.
 func TestHostileIncrexNegativeCounter(t *testing.T) {
-	t.Skip("FINDING D: INCREX adds to a negative foreign counter and fails without ErrWrongType")
+	t.Skip("FINDING 10: INCREX adds to a negative foreign counter and fails without ErrWrongType")
 	_, c := increxClient(t)
 	ls := newLimiters(t, c, "x:")
 	ctx := xtest.Ctx(t, 10*time.Second)
@@ -318,7 +318,7 @@ func serverMicros(t *testing.T, s *redistest.Server) int64 {
 // that as "retry now": a queued Acquire hammers the server until its ctx
 // ends, and WaitN calls it "more than the limit".
 func TestHostileSlidingHugeCountsSpin(t *testing.T) {
-	t.Skip("FINDING C: a refusal with RetryAfter 0 makes the dispatcher retry in a tight loop (3213 scripts in 300ms)")
+	t.Skip("FINDING 5: a refusal with RetryAfter 0 makes the dispatcher retry in a tight loop (3213 scripts in 300ms)")
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ls := newLimiters(t, c, "h:")
@@ -352,7 +352,7 @@ func TestHostileSlidingHugeCountsSpin(t *testing.T) {
 // ErrWouldExceedDeadline in that case, so errors.Is(err, ErrQueueFull)
 // never holds.
 func TestHostileErrQueueFullNeverReturned(t *testing.T) {
-	t.Skip("FINDING F: ErrQueueFull is documented but never returned")
+	t.Skip("FINDING 13: ErrQueueFull is documented but never returned")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -380,7 +380,7 @@ func TestHostileErrQueueFullNeverReturned(t *testing.T) {
 // in the queue meanwhile (refusing callers that could have been served),
 // and ends with ctx's error instead.
 func TestHostileQueuedPastDeadline(t *testing.T) {
-	t.Skip("FINDING E: Acquire queues a call whose deadline ends before its permits are back")
+	t.Skip("FINDING 8: Acquire queues a call whose deadline ends before its permits are back")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -415,7 +415,7 @@ func (c *countingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 // calls meanwhile. The sweep should stay rate-limited (idle/2 apart) even
 // when full.
 func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
-	t.Skip("FINDING G: past MaxPartitions every new-partition call sweeps all limiters under the mutex")
+	t.Skip("FINDING 2: past MaxPartitions every new-partition call sweeps all limiters under the mutex")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	clk := &countingClock{}
@@ -462,7 +462,7 @@ func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
 // are 200 GB. Long partition keys should be refused (400 via Key's error
 // path) or hashed.
 func TestHostileMiddlewareHugeKeysMemory(t *testing.T) {
-	t.Skip("FINDING H: MaxPartitions bounds count, not bytes: 1 MB client keys retain ~2 MB each")
+	t.Skip("FINDING 7: MaxPartitions bounds count, not bytes: each client-chosen key is retained twice (1 MB per 512 KB key)")
 	e := newHTTPEnv(t, nil, ratelimit.MiddlewareOptions{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
 		// More than the limit: decided without the server, so this
@@ -669,7 +669,7 @@ func TestHostileRetryAfterNeverEarly(t *testing.T) {
 
 // ctxEnded reports whether err is how a call ends when its ctx does. A
 // dial timeout counts too: it is how a ctx's deadline ends a call while
-// rueidis dials (FINDING N, TestHostileDeadlineDuringDial), and a shared
+// rueidis dials (FINDING 9, TestHostileDeadlineDuringDial), and a shared
 // dial gives it to the calls waiting on the same connection.
 func ctxEnded(err error) bool {
 	var op *net.OpError
@@ -683,10 +683,10 @@ func ctxEnded(err error) bool {
 // in flight), Allow. It returns the grants and fails t on an error no call
 // of that shape may return.
 //
-// WaitN's ErrExceedsLimit for n within the limit is FINDING A (an
+// WaitN's ErrExceedsLimit for n within the limit is FINDING 1 (an
 // OldestFirst queue that is full answers RetryAfter 0): counted in
-// *findingA, not failed here, so the rest of the storm still runs.
-func storm(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int, stop <-chan struct{}, closing *atomic.Bool, findingA *atomic.Int64) []ratetest.Grant {
+// *finding1, not failed here, so the rest of the storm still runs.
+func storm(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int, stop <-chan struct{}, closing *atomic.Bool, finding1 *atomic.Int64) []ratetest.Grant {
 	t.Helper()
 	var mu sync.Mutex
 	var grants []ratetest.Grant
@@ -730,7 +730,7 @@ func storm(t *testing.T, ctx context.Context, l *ratelimit.Limiter, workers int,
 				case errors.Is(err, ratelimit.ErrWouldExceedDeadline):
 				case errors.Is(err, ratelimit.ErrExceedsLimit) && n > limit:
 				case errors.Is(err, ratelimit.ErrExceedsLimit) && op == 2:
-					findingA.Add(1)
+					finding1.Add(1)
 				case errors.Is(err, primitives.ErrClosed) && closing.Load():
 				default:
 					t.Errorf("op %d n %d: %v", op, n, err)
@@ -763,15 +763,15 @@ func TestHostileLifecycleStorm(t *testing.T) {
 				t.Fatal(err)
 			}
 			var closing atomic.Bool
-			var findingA atomic.Int64
+			var finding1 atomic.Int64
 			defer func() {
-				if n := findingA.Load(); n > 0 {
-					t.Logf("FINDING A: WaitN answered ErrExceedsLimit within the limit %d times", n)
+				if n := finding1.Load(); n > 0 {
+					t.Logf("FINDING 1: WaitN answered ErrExceedsLimit within the limit %d times", n)
 				}
 			}()
 			stop := make(chan struct{})
 			time.AfterFunc(400*time.Millisecond, func() { close(stop) })
-			grants := storm(t, ctx, l, 24, stop, &closing, &findingA)
+			grants := storm(t, ctx, l, 24, stop, &closing, &finding1)
 			if excess, at := ratetest.BucketExcess(grants, limit, per, period, 10); excess > 0 {
 				t.Errorf("%d over the bound in %v", excess, at)
 			}
@@ -784,7 +784,7 @@ func TestHostileLifecycleStorm(t *testing.T) {
 			stop2 := make(chan struct{})
 			done := make(chan struct{})
 			go func() {
-				storm(t, ctx, l, 24, stop2, &closing, &findingA)
+				storm(t, ctx, l, 24, stop2, &closing, &finding1)
 				close(done)
 			}()
 			time.Sleep(50 * time.Millisecond)
@@ -1046,7 +1046,7 @@ func TestHostileKilledConnections(t *testing.T) {
 // fixed-window decision that consumes fails from then on, for good: the
 // Lua script, which would work through the proxy, is never tried again.
 func TestHostileIncrexBehindProxy(t *testing.T) {
-	t.Skip("FINDING K: a proxy's \"unsupported command\" reply is taken as proof of INCREX; fixed windows fail for good")
+	t.Skip("FINDING 4: a proxy's \"unsupported command\" reply is taken as proof of INCREX; fixed windows fail for good")
 	shim, c := increxClient(t)
 	shim.SetMode(faulttest.IncrexProxyUnsupported)
 	ls := newLimiters(t, c, "x:")
@@ -1066,7 +1066,7 @@ func TestHostileIncrexBehindProxy(t *testing.T) {
 // A counter that is a number with leading zeros ("007", which Redis's
 // INCRBY refuses): both paths refuse with ErrWrongType and write nothing.
 func TestHostileLeadingZeroCounter(t *testing.T) {
-	t.Skip("FINDING I: a counter \"007\" fails with an unclassified error on the Lua path")
+	t.Skip("FINDING 11: a counter \"007\" fails with an unclassified error on the Lua path")
 	shim, c := increxClient(t)
 	ctx := xtest.Ctx(t, 10*time.Second)
 	for _, mode := range []faulttest.IncrexMode{faulttest.IncrexUnknown, faulttest.IncrexNative} {
@@ -1124,7 +1124,7 @@ func TestHostileWaitDoesNotPoll(t *testing.T) {
 // a caller that closes idle limiters, as Partitioned does with its own,
 // closes it under the WaitN, which then fails with ErrClosed.
 func TestHostileIdleWhileWaitNSleeps(t *testing.T) {
-	t.Skip("FINDING J: IdleDuration reports idle while WaitN sleeps between attempts")
+	t.Skip("FINDING 12: IdleDuration reports idle while WaitN sleeps between attempts")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -1360,7 +1360,7 @@ func TestHostileKeys(t *testing.T) {
 // checking err is then a panic, where Close is documented as idempotent
 // and safe.
 func TestHostileZeroValues(t *testing.T) {
-	t.Skip("FINDING L: Close (and Statistics, IdleDuration, Len, FastPath) panic on nil or zero values")
+	t.Skip("FINDING 14: Close (and Statistics, IdleDuration, Len, FastPath) panic on nil or zero values")
 	var nilL *ratelimit.Limiter
 	var nilP *ratelimit.Partitioned
 	var nilLs *ratelimit.Limiters
@@ -1405,7 +1405,7 @@ func TestHostileZeroValues(t *testing.T) {
 // and the new call's decision are both sent, so their replies come back
 // together.
 func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
-	t.Skip("FINDING M: NewestFirst evicts the call whose retry is in flight: told refused, its granted permit is dropped")
+	t.Skip("FINDING 3: NewestFirst evicts the call whose retry is in flight: told refused, its granted permit is dropped")
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ls := newLimiters(t, c, "h:")
@@ -1455,7 +1455,7 @@ func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
 // passes it on as it is. (A dial error also means nothing was sent, so the
 // call could say so, or retry while its ctx lasts.)
 func TestHostileDeadlineDuringDial(t *testing.T) {
-	t.Skip("FINDING N: a ctx deadline that ends a lazy dial gives an error that does not match ctx.Err()")
+	t.Skip("FINDING 9: a ctx deadline that ends a lazy dial gives an error that does not match ctx.Err()")
 	srv := redistest.Start(t)
 	ctx := xtest.Ctx(t, 60*time.Second)
 	rng := rand.New(rand.NewPCG(3, 4))
