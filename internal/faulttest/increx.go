@@ -24,6 +24,21 @@ const (
 	// IncrexSyntaxError answers "ERR syntax error", like a partial
 	// implementation.
 	IncrexSyntaxError
+	// IncrexNoPerm answers Redis 7.2's ACL refusal, "NOPERM User default
+	// has no permissions to run the 'increx' command": the server has
+	// INCREX, the user may not run it.
+	IncrexNoPerm
+	// IncrexReadOnly answers "READONLY You can't write against a read
+	// only replica.", like a replica (e.g. after a failover the client has
+	// not seen yet).
+	IncrexReadOnly
+	// IncrexOOM answers "OOM command not allowed when used memory >
+	// 'maxmemory'.", like a full server with maxmemory-policy noeviction.
+	IncrexOOM
+	// IncrexProxyUnsupported answers "unsupported command 'INCREX'" with
+	// no code word, as Envoy's redis_proxy filter answers a command it
+	// does not know (it never reaches a server that might have it).
+	IncrexProxyUnsupported
 )
 
 // IncrexShim is a loopback RESP server that gives a real Redis the INCREX
@@ -278,6 +293,14 @@ func (s *IncrexShim) commands(out, msg []byte) []byte {
 		errMsg = unknownCommand(args)
 	case IncrexSyntaxError:
 		errMsg = "ERR syntax error"
+	case IncrexNoPerm:
+		errMsg = "NOPERM User default has no permissions to run the 'increx' command"
+	case IncrexReadOnly:
+		errMsg = "READONLY You can't write against a read only replica."
+	case IncrexOOM:
+		errMsg = "OOM command not allowed when used memory > 'maxmemory'."
+	case IncrexProxyUnsupported:
+		errMsg = "unsupported command '" + string(args[0]) + "'"
 	default:
 		var argv []string
 		if argv, errMsg = increxArgv(args); errMsg == "" {

@@ -425,6 +425,26 @@ func TestIncrexShimModes(t *testing.T) {
 	}
 }
 
+// The modes of a server that has INCREX but refuses this call, and of a
+// proxy that refuses it: the error text arrives as the mode says, and
+// nothing changes.
+func TestIncrexShimRealErrorModes(t *testing.T) {
+	e := newIncrexEnv(t)
+	for _, tc := range []struct {
+		mode faulttest.IncrexMode
+		want string
+	}{
+		{faulttest.IncrexNoPerm, "NOPERM User default has no permissions to run the 'increx' command"},
+		{faulttest.IncrexReadOnly, "READONLY You can't write against a read only replica."},
+		{faulttest.IncrexOOM, "OOM command not allowed when used memory > 'maxmemory'."},
+		{faulttest.IncrexProxyUnsupported, "unsupported command 'INCREX'"},
+	} {
+		e.shim.SetMode(tc.mode)
+		e.fails("k", args("BYINT 5 UBOUND 10 PX 1000 ENX"), tc.want)
+		e.is("0", "EXISTS", "k")
+	}
+}
+
 func TestIncrexShimPipeline(t *testing.T) {
 	e := newIncrexEnv(t)
 	c := e.c
