@@ -39,7 +39,7 @@ if not h[1] and not h[2] then
   end
   tokens, at = limit, now
 else
-  tokens, at = whole(h[1]), whole(h[2])
+  tokens, at = whole(h[1], MAX_COUNT), whole(h[2], MAX_US)
   if not tokens or not at then
     wrong_kind('the bucket has unreadable tokens or at fields')
   end

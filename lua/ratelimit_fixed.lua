@@ -25,7 +25,7 @@ local now = now_us()
 local raw = redis.call('GET', KEYS[1])
 local used = 0
 if raw then
-  used = whole(raw)
+  used = counter(raw) and whole(raw, MAX_COUNT)
   if not used then
     wrong_kind('the counter holds ' .. string.format('%q', string.sub(raw, 1, 32)) .. ', not a permit count')
   end

@@ -66,13 +66,24 @@ local function wrong_kind(why)
   error({err = 'COORDHOST_WRONGKIND ' .. why})
 end
 
--- whole returns a stored value as a whole number >= 0, else nil.
-local function whole(s)
+-- MAX_US bounds stored times (microseconds): the largest whole number a
+-- Lua double holds exactly.
+local MAX_US = 9007199254740991
+
+-- whole returns a stored value as a whole number in [0, max], else nil.
+local function whole(s, max)
   local n = tonumber(s)
-  if not n or n ~= n or n < 0 or n > 9007199254740991 or n % 1 ~= 0 then
+  if not n or n ~= n or n < 0 or n > max or n % 1 ~= 0 then
     return nil
   end
   return n
+end
+
+-- counter reports whether s is a count INCRBY and HINCRBY accept as it is
+-- (plain decimal digits, no leading zero): checked before a script adds to
+-- a stored count, so that the add cannot fail after another write.
+local function counter(s)
+  return s == '0' or string.match(s, '^[1-9][0-9]*$') ~= nil
 end
 
 -- expire_in sets KEYS[1] to expire us microseconds from now (at least

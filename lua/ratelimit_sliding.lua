@@ -35,8 +35,12 @@ local used = 0
 local live = {}
 local dead = {}
 local ahead = 0 -- permits dated after the current segment (the server's clock went back)
+local current_field = int(current)
 for i = 1, #flat, 2 do
-  local e, n = whole(flat[i]), whole(flat[i + 1])
+  local e, n = whole(flat[i], MAX_US), whole(flat[i + 1], MAX_COUNT)
+  if flat[i] == current_field and n and not counter(flat[i + 1]) then
+    n = nil -- HINCRBY would refuse it after the HDEL
+  end
   if not e or not n then
     wrong_kind('the window holds field ' .. string.format('%q', string.sub(flat[i], 1, 32)) .. ', not a segment count')
   end
@@ -65,7 +69,7 @@ local function rewrite(consume)
     redis.call('HDEL', KEYS[1], unpack(dead))
   end
   if consume + ahead > 0 then
-    redis.call('HINCRBY', KEYS[1], int(current), consume + ahead)
+    redis.call('HINCRBY', KEYS[1], current_field, consume + ahead)
   end
   expire_in(live[#live][1] + span - now)
 end

@@ -44,6 +44,9 @@ func (p FastPath) String() string {
 // FastPath reports whether fixed windows use INCREX. Safe for concurrent
 // use.
 func (l *Limiters) FastPath() FastPath {
+	if l == nil {
+		return FastPathUnknown
+	}
 	l.fast.mu.Lock()
 	defer l.fast.mu.Unlock()
 	return l.fast.state
@@ -93,29 +96,41 @@ func (f *fastPath) learn(known, has bool, now time.Time) {
 	f.state, f.refused = FastPathLua, now
 }
 
-// unsupported reports whether err is a server's refusal of INCREX itself:
-// an unknown command, or a syntax error from a partial implementation.
-// NOPERM, READONLY, OOM and the like are real errors.
+// realErrors are the error codes that mean the server took INCREX as a
+// command and refused to run it now (ACL, replica, memory, cluster state,
+// a value of another type). Any other error reply to INCREX (unknown
+// command, syntax error, a proxy's "unsupported command") means it is not
+// supported there.
+var realErrors = []string{"NOPERM", "READONLY", "OOM", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN",
+	"CLUSTERDOWN", "NOAUTH", "WRONGPASS", "WRONGTYPE", "MOVED", "ASK", "NOREPLICAS", "MISCONF", "EXECABORT"}
+
+// unsupported reports whether err is an error reply, and whether it says
+// the server does not support INCREX.
 func unsupported(err error) (redisErr, refused bool) {
 	rerr, ok := rueidis.IsRedisErr(err)
 	if !ok || rerr == nil {
 		return false, false
 	}
-	// rueidis drops the ERR code word of an error reply; other code
-	// words (NOPERM, READONLY, OOM) stay, so they never match here.
-	msg := strings.TrimPrefix(rerr.Error(), "ERR ")
-	return true, strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "syntax error")
+	msg := rerr.Error()
+	for _, code := range realErrors {
+		if strings.HasPrefix(msg, code+" ") || msg == code {
+			return true, false
+		}
+	}
+	// rueidis drops the ERR code word: "value is not an integer" is a
+	// foreign value, not a missing command.
+	return true, !strings.Contains(msg, "not an integer")
 }
 
 // increx consumes n permits of a fixed window with
-// INCREX key BYINT n UBOUND limit PX window ENX, pipelined with the
+// INCREX key BYINT n LBOUND 0 UBOUND limit PX window ENX, pipelined with the
 // PTTL that RetryAfter needs (INCREX's reply has no expiry). ok false
 // means the caller must use the script: the server refused INCREX, or the
 // counter has no expiry (the script repairs that).
 func (l *Limiter) increx(ctx context.Context, n int64) (res Result, ok bool, err error) {
 	c := l.ls.client
 	cmds := rueidis.Commands{
-		c.B().Arbitrary("INCREX").Keys(l.key).Args("BYINT", strconv.FormatInt(n, 10), "UBOUND", l.limit, "PX", l.window, "ENX").Build(),
+		c.B().Arbitrary("INCREX").Keys(l.key).Args("BYINT", strconv.FormatInt(n, 10), "LBOUND", "0", "UBOUND", l.limit, "PX", l.window, "ENX").Build(),
 		c.B().Pttl().Key(l.key).Build(),
 	}
 	resps := c.DoMulti(ctx, cmds...)
@@ -142,8 +157,12 @@ func (l *Limiter) increx(ctx context.Context, n int64) (res Result, ok bool, err
 	// SATURATE, so nothing in between).
 	value, err1 := vals[0].AsInt64()
 	applied, err2 := vals[1].AsInt64()
-	if err1 != nil || err2 != nil || value < 0 || (applied != 0 && applied != n) {
+	if err1 != nil || err2 != nil || (applied != 0 && applied != n) {
 		return Result{}, false, fmt.Errorf("ratelimit: key %q: INCREX answered an unreadable reply", l.key)
+	}
+	if value < 0 {
+		// LBOUND 0 kept INCREX from adding to it: not a permit count.
+		return Result{}, false, fmt.Errorf("%w: ratelimit: key %q: the counter holds %d, not a permit count", primitives.ErrWrongType, l.key, value)
 	}
 	pttl, err := resps[1].AsInt64()
 	if err != nil {

@@ -37,7 +37,7 @@ import (
 // more than are free), the peek grants, Acquire forces Acquired false and
 // returns RetryAfter 0, and WaitN takes that for "more than the limit".
 func TestHostileQueueFullRetryAfterZero(t *testing.T) {
-	t.Skip("FINDING 1: OldestFirst full queue answers RetryAfter 0 while permits are free; WaitN returns ErrExceedsLimit")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -47,7 +47,7 @@ func TestHostileQueueFullRetryAfterZero(t *testing.T) {
 	}
 	// The head waits for 2 permits (1 is free): it fills the queue.
 	out := make(chan outcome, 1)
-	qctx, cancel := context.WithCancel(ctx)
+	qctx, cancel := context.WithCancel(context.Background()) // no deadline: queued calls wait for permits a minute away
 	defer cancel()
 	queued(t, qctx, l, 2, out, "head")
 
@@ -72,7 +72,7 @@ func TestHostileQueueFullRetryAfterZero(t *testing.T) {
 // queue's permit count, so it passes the QueueLimit check and queues
 // anyway, on every limiter, without any bound on the number of callers.
 func TestHostileZeroPermitsIgnoreQueueLimit(t *testing.T) {
-	t.Skip("FINDING 6: Acquire(ctx, 0) queues although QueueLimit is 0, without bound")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -148,7 +148,7 @@ func TestHostileIncrexRealErrors(t *testing.T) {
 // the counter has moved: each call consumes while failing, and once it
 // reaches 0 the window grants Limit more on top.
 func TestHostileIncrexNegativeCounter(t *testing.T) {
-	t.Skip("FINDING 10: INCREX adds to a negative foreign counter and fails without ErrWrongType")
+
 	_, c := increxClient(t)
 	ls := newLimiters(t, c, "x:")
 	ctx := xtest.Ctx(t, 10*time.Second)
@@ -318,7 +318,7 @@ func serverMicros(t *testing.T, s *redistest.Server) int64 {
 // that as "retry now": a queued Acquire hammers the server until its ctx
 // ends, and WaitN calls it "more than the limit".
 func TestHostileSlidingHugeCountsSpin(t *testing.T) {
-	t.Skip("FINDING 5: a refusal with RetryAfter 0 makes the dispatcher retry in a tight loop (3213 scripts in 300ms)")
+
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ls := newLimiters(t, c, "h:")
@@ -352,7 +352,7 @@ func TestHostileSlidingHugeCountsSpin(t *testing.T) {
 // ErrWouldExceedDeadline in that case, so errors.Is(err, ErrQueueFull)
 // never holds.
 func TestHostileErrQueueFullNeverReturned(t *testing.T) {
-	t.Skip("FINDING 13: ErrQueueFull is documented but never returned")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -361,7 +361,7 @@ func TestHostileErrQueueFullNeverReturned(t *testing.T) {
 		t.Fatal(describe(r))
 	}
 	out := make(chan outcome, 1)
-	qctx, cancel := context.WithCancel(ctx)
+	qctx, cancel := context.WithCancel(context.Background()) // no deadline: queued calls wait for permits a minute away
 	defer cancel()
 	queued(t, qctx, l, 1, out, "filler")
 	wctx, wcancel := context.WithTimeout(ctx, time.Second)
@@ -380,7 +380,7 @@ func TestHostileErrQueueFullNeverReturned(t *testing.T) {
 // in the queue meanwhile (refusing callers that could have been served),
 // and ends with ctx's error instead.
 func TestHostileQueuedPastDeadline(t *testing.T) {
-	t.Skip("FINDING 8: Acquire queues a call whose deadline ends before its permits are back")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -415,7 +415,7 @@ func (c *countingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 // calls meanwhile. The sweep should stay rate-limited (idle/2 apart) even
 // when full.
 func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
-	t.Skip("FINDING 2: past MaxPartitions every new-partition call sweeps all limiters under the mutex")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	clk := &countingClock{}
@@ -442,13 +442,14 @@ func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
 	before := clk.now.Load()
 	start := time.Now()
 	for i := range attacks {
-		if _, err := p.TryAcquire(ctx, "fresh"+strconv.Itoa(i), 2); !errors.Is(err, ratelimit.ErrTooManyPartitions) {
-			t.Fatalf("new partition past MaxPartitions: %v", err)
+		// Past MaxPartitions a new partition replaces an idle one.
+		if _, err := p.TryAcquire(ctx, "fresh"+strconv.Itoa(i), 2); err != nil || p.Len() != max {
+			t.Fatalf("new partition past MaxPartitions: %v, %d held", err, p.Len())
 		}
 	}
 	per := (clk.now.Load() - before) / attacks
-	t.Logf("%d refused calls: %d limiter clock reads each, %v each", attacks, per, time.Since(start)/attacks)
-	if per > 10 {
+	t.Logf("%d calls past MaxPartitions: %d limiter clock reads each, %v each", attacks, per, time.Since(start)/attacks)
+	if per > 2*32+10 { // evict's sample, and the new limiter's own reads
 		t.Errorf("each refused call past MaxPartitions read %d limiters (of %d): a full sweep per call under the Partitioned's mutex", per, max)
 	}
 }
@@ -462,7 +463,7 @@ func TestHostilePartitionedFullSweepsEveryCall(t *testing.T) {
 // are 200 GB. Long partition keys should be refused (400 via Key's error
 // path) or hashed.
 func TestHostileMiddlewareHugeKeysMemory(t *testing.T) {
-	t.Skip("FINDING 7: MaxPartitions bounds count, not bytes: each client-chosen key is retained twice (1 MB per 512 KB key)")
+
 	e := newHTTPEnv(t, nil, ratelimit.MiddlewareOptions{
 		Key: func(r *http.Request) (string, error) { return r.Header.Get("X-Api-Key"), nil },
 		// More than the limit: decided without the server, so this
@@ -476,7 +477,7 @@ func TestHostileMiddlewareHugeKeysMemory(t *testing.T) {
 	for i := range n {
 		key := strconv.Itoa(i) + strings.Repeat("k", size)
 		w := e.do(t, "/", "192.0.2.1:1", "X-Api-Key", key)
-		if w.Code != http.StatusTooManyRequests {
+		if w.Code != http.StatusBadRequest { // longer than MaxPartitionKey
 			t.Fatalf("status %d", w.Code)
 		}
 	}
@@ -522,7 +523,8 @@ func TestHostileMiddlewareFields(t *testing.T) {
 	cost.Store(1)
 	for _, key := range []string{"\x00\xff{}\r\n", strings.Repeat("{", 1<<20), "__coordhost:x"} {
 		w := e.do(t, "/", "192.0.2.1:1", "X-K", key)
-		if w.Code != http.StatusOK && !(strings.HasPrefix(key, "__coordhost:") && w.Code == http.StatusServiceUnavailable) {
+		if w.Code != http.StatusOK && !(strings.HasPrefix(key, "__coordhost:") && w.Code == http.StatusServiceUnavailable) &&
+			!(len(key) > ratelimit.MaxPartitionKey && w.Code == http.StatusBadRequest) {
 			t.Errorf("key %.20q: status %d %q", key, w.Code, w.Body.String())
 		}
 	}
@@ -1046,7 +1048,7 @@ func TestHostileKilledConnections(t *testing.T) {
 // fixed-window decision that consumes fails from then on, for good: the
 // Lua script, which would work through the proxy, is never tried again.
 func TestHostileIncrexBehindProxy(t *testing.T) {
-	t.Skip("FINDING 4: a proxy's \"unsupported command\" reply is taken as proof of INCREX; fixed windows fail for good")
+
 	shim, c := increxClient(t)
 	shim.SetMode(faulttest.IncrexProxyUnsupported)
 	ls := newLimiters(t, c, "x:")
@@ -1066,7 +1068,7 @@ func TestHostileIncrexBehindProxy(t *testing.T) {
 // A counter that is a number with leading zeros ("007", which Redis's
 // INCRBY refuses): both paths refuse with ErrWrongType and write nothing.
 func TestHostileLeadingZeroCounter(t *testing.T) {
-	t.Skip("FINDING 11: a counter \"007\" fails with an unclassified error on the Lua path")
+
 	shim, c := increxClient(t)
 	ctx := xtest.Ctx(t, 10*time.Second)
 	for _, mode := range []faulttest.IncrexMode{faulttest.IncrexUnknown, faulttest.IncrexNative} {
@@ -1124,7 +1126,7 @@ func TestHostileWaitDoesNotPoll(t *testing.T) {
 // a caller that closes idle limiters, as Partitioned does with its own,
 // closes it under the WaitN, which then fails with ErrClosed.
 func TestHostileIdleWhileWaitNSleeps(t *testing.T) {
-	t.Skip("FINDING 12: IdleDuration reports idle while WaitN sleeps between attempts")
+
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "h:")
 	ctx := xtest.Ctx(t, 20*time.Second)
@@ -1132,7 +1134,7 @@ func TestHostileIdleWhileWaitNSleeps(t *testing.T) {
 	if r := try(t, ctx, l, 1); !r.Acquired {
 		t.Fatal(describe(r))
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(context.Background()) // no deadline: WaitN sleeps, not refused
 	done := make(chan error, 1)
 	before := l.Statistics().Rejected
 	go func() { done <- l.WaitN(wctx, 1) }()
@@ -1205,7 +1207,7 @@ func TestHostileNewestFirstEviction(t *testing.T) {
 	if r := try(t, ctx, l, 5); !r.Acquired {
 		t.Fatal(describe(r))
 	}
-	qctx, cancel := context.WithCancel(ctx)
+	qctx, cancel := context.WithCancel(context.Background()) // no deadline: queued calls wait for permits a minute away
 	defer cancel()
 	out := make(chan outcome, 8)
 	queued(t, qctx, l, 1, out, "a")
@@ -1302,9 +1304,11 @@ func TestHostileExtremeOptions(t *testing.T) {
 				t.Fatalf("Acquire(MinInt64): %v", err)
 			}
 			// A queued call for every permit, cancelled: the count returns.
+			// (Its permits are back only after its deadline, so it is
+			// refused at once rather than queued.)
 			qctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			if _, err := l.Acquire(qctx, max); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("queued MaxLimit: %v", err)
+			if r, err := l.Acquire(qctx, max); !errors.Is(err, context.DeadlineExceeded) && (err != nil || r.Acquired || r.RetryAfter < 50*time.Millisecond) {
+				t.Fatalf("queued MaxLimit: %s, %v", describe(r), err)
 			}
 			cancel()
 			if s := l.Statistics(); s.Queued != 0 {
@@ -1360,7 +1364,7 @@ func TestHostileKeys(t *testing.T) {
 // checking err is then a panic, where Close is documented as idempotent
 // and safe.
 func TestHostileZeroValues(t *testing.T) {
-	t.Skip("FINDING 14: Close (and Statistics, IdleDuration, Len, FastPath) panic on nil or zero values")
+
 	var nilL *ratelimit.Limiter
 	var nilP *ratelimit.Partitioned
 	var nilLs *ratelimit.Limiters
@@ -1405,7 +1409,7 @@ func TestHostileZeroValues(t *testing.T) {
 // and the new call's decision are both sent, so their replies come back
 // together.
 func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
-	t.Skip("FINDING 3: NewestFirst evicts the call whose retry is in flight: told refused, its granted permit is dropped")
+
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ls := newLimiters(t, c, "h:")
@@ -1455,7 +1459,7 @@ func TestHostileEvictedWhileRetryInFlight(t *testing.T) {
 // passes it on as it is. (A dial error also means nothing was sent, so the
 // call could say so, or retry while its ctx lasts.)
 func TestHostileDeadlineDuringDial(t *testing.T) {
-	t.Skip("FINDING 9: a ctx deadline that ends a lazy dial gives an error that does not match ctx.Err()")
+
 	srv := redistest.Start(t)
 	ctx := xtest.Ctx(t, 60*time.Second)
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -37,8 +37,9 @@ type MiddlewareOptions struct {
 	// any client can set them, and a limit keyed on them would give each
 	// request whatever partition it names.
 	//
-	// An error means the request cannot be placed (e.g. a required API
-	// key header is missing): it is answered 400 Bad Request without
+	// An error, or a key longer than MaxPartitionKey, means the request
+	// cannot be placed (e.g. a required API key header is missing): it is
+	// answered 400 Bad Request without
 	// asking the limiter, and given to OnError. To limit such requests
 	// together instead, return a shared key such as "anonymous".
 	Key func(r *http.Request) (string, error)
@@ -180,6 +181,9 @@ type middleware struct {
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	ctx := r.Context()
 	key, err := m.o.Key(r)
+	if err == nil && len(key) > MaxPartitionKey {
+		err = fmt.Errorf("%w: a key of %d bytes is longer than MaxPartitionKey (%d)", primitives.ErrInvalidKey, len(key), MaxPartitionKey)
+	}
 	if err != nil {
 		m.fail(r, fmt.Errorf("ratelimit: MiddlewareOptions.Key: %w", err))
 		http.Error(w, "bad request: no rate-limit partition for this request", http.StatusBadRequest)

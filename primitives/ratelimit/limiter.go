@@ -92,6 +92,7 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	q        queue
+	inflight *waiter       // the queued call whose retry the dispatcher has sent
 	running  bool          // the dispatcher goroutine runs
 	kick     chan struct{} // tells the dispatcher its head changed
 	closed   chan struct{}
@@ -304,7 +305,7 @@ func (l *Limiter) decide(ctx context.Context, consume, need int64) (Result, time
 	if l.fixed && consume > 0 && l.ls.fast.try(l.ls.clk.Now()) {
 		res, ok, err := l.increx(ctx, consume)
 		if ok || err != nil {
-			return res, l.ls.clk.Now(), err
+			return res, l.ls.clk.Now(), matchCtx(ctx, err)
 		}
 	}
 	args := make([]string, 0, 3+len(l.args))
@@ -313,9 +314,9 @@ func (l *Limiter) decide(ctx context.Context, consume, need int64) (Result, time
 	vals, err := l.script.Run(ctx, l.ls.client, []string{l.key}, args).ToArray()
 	got := l.ls.clk.Now()
 	if err != nil {
-		return Result{}, got, l.scriptErr(err)
+		return Result{}, got, matchCtx(ctx, l.scriptErr(err))
 	}
-	res, err := l.parse(vals)
+	res, err := l.parse(vals, need)
 	if err != nil {
 		return Result{}, got, err
 	}
@@ -335,9 +336,28 @@ func (l *Limiter) scriptErr(err error) error {
 	return fmt.Errorf("ratelimit: key %q: %w", l.key, err)
 }
 
+// matchCtx makes an error that ended a call whose ctx is over match
+// ctx.Err() (DESIGN §2), e.g. a dial timeout rueidis hit on the caller's
+// ctx, or one a shared dial handed to every waiter.
+func matchCtx(ctx context.Context, err error) error {
+	if err == nil {
+		return err
+	}
+	cause := ctx.Err()
+	if dl, ok := ctx.Deadline(); cause == nil && ok && !time.Now().Before(dl) {
+		// The deadline has passed, but ctx's timer has not fired yet.
+		cause = context.DeadlineExceeded
+	}
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cause, err)
+}
+
 // parse reads the scripts' {granted, remaining, retry_us, reset_us,
-// now_us}, refusing a reply of another shape.
-func (l *Limiter) parse(vals []rueidis.RedisMessage) (Result, error) {
+// now_us}, refusing a reply of another shape, and a refusal that does not
+// say when to retry (need is at most the limit, so it can come back).
+func (l *Limiter) parse(vals []rueidis.RedisMessage, need int64) (Result, error) {
 	if len(vals) != 5 {
 		return Result{}, fmt.Errorf("ratelimit: key %q: script %s answered %d values, want 5", l.key, l.script.Name(), len(vals))
 	}
@@ -349,8 +369,8 @@ func (l *Limiter) parse(vals []rueidis.RedisMessage) (Result, error) {
 		}
 		n[i] = v
 	}
-	if n[0] > 1 || n[1] > l.policy.Limit {
-		return Result{}, fmt.Errorf("ratelimit: key %q: script %s answered granted=%d remaining=%d for a limit of %d", l.key, l.script.Name(), n[0], n[1], l.policy.Limit)
+	if n[0] > 1 || n[1] > l.policy.Limit || (n[0] == 0 && need <= l.policy.Limit && n[2] == 0) {
+		return Result{}, fmt.Errorf("ratelimit: key %q: script %s answered granted=%d remaining=%d retry_us=%d for a limit of %d", l.key, l.script.Name(), n[0], n[1], n[2], l.policy.Limit)
 	}
 	return Result{
 		Acquired:   n[0] == 1,

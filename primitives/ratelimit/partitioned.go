@@ -21,6 +21,11 @@ const (
 	DefaultMaxPartitions = 100_000
 )
 
+// MaxPartitionKey is the longest partition key a Partitioned accepts, in
+// bytes: keys chosen by clients (an API key, a header) must not make each
+// limiter it holds arbitrarily large.
+const MaxPartitionKey = 1024
+
 // ErrTooManyPartitions: a Partitioned holds MaxPartitions limiters and
 // every one of a sample of them has a call under way. Nothing was sent.
 var ErrTooManyPartitions = errors.New("ratelimit: too many partitions")
@@ -108,6 +113,9 @@ func (p *Partitioned) begin(ctx context.Context, partition string, n int64) (*Li
 	if p == nil || p.newFn == nil {
 		return nil, false, fmt.Errorf("%w: ratelimit: nil or zero Partitioned (use NewPartitioned)", primitives.ErrInvalidOptions)
 	}
+	if len(partition) > MaxPartitionKey {
+		return nil, false, fmt.Errorf("%w: ratelimit: partition key of %d bytes is longer than MaxPartitionKey (%d)", primitives.ErrInvalidKey, len(partition), MaxPartitionKey)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -194,6 +202,9 @@ func (p *Partitioned) retire(l *Limiter) {
 
 // Len returns the number of limiters held now.
 func (p *Partitioned) Len() int {
+	if p == nil {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.m)
@@ -203,6 +214,9 @@ func (p *Partitioned) Len() int {
 // since the Partitioned was made (closed limiters included), Queued and
 // Available over the limiters held now.
 func (p *Partitioned) Statistics() Statistics {
+	if p == nil {
+		return Statistics{}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.retired
@@ -220,6 +234,9 @@ func (p *Partitioned) Statistics() Statistics {
 // Close closes every limiter (queued calls end with primitives.ErrClosed)
 // and refuses later calls. Idempotent.
 func (p *Partitioned) Close() error {
+	if p == nil {
+		return fmt.Errorf("%w: ratelimit: nil Partitioned", primitives.ErrInvalidOptions)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

@@ -9,7 +9,8 @@ import (
 
 // waiter is one queued Acquire call.
 type waiter struct {
-	n      int64
+	n      int64 // permits to consume
+	need   int64 // permits it waits for: n, or 1 for n = 0 (a queued peek holds room too)
 	ctx    context.Context
 	wakeAt time.Time // when the server said its permits would be back
 	done   chan struct{}
@@ -44,7 +45,7 @@ func (q *queue) pushFront(w *waiter) {
 	}
 	q.head = w
 	q.n++
-	q.permits += w.n
+	q.permits += w.need
 }
 
 func (q *queue) pushBack(w *waiter) {
@@ -56,7 +57,7 @@ func (q *queue) pushBack(w *waiter) {
 	}
 	q.tail = w
 	q.n++
-	q.permits += w.n
+	q.permits += w.need
 }
 
 func (q *queue) remove(w *waiter) {
@@ -75,7 +76,7 @@ func (q *queue) remove(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	q.n--
-	q.permits -= w.n
+	q.permits -= w.need
 }
 
 func (q *queue) popFront() *waiter {
@@ -141,11 +142,11 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 	)
 	if jump {
 		res, got, err = l.decide(ctx, n, need)
-		if err != nil || res.Acquired || l.queueLimit < n || pastDeadline(ctx, got.Add(res.RetryAfter)) {
+		if err != nil || res.Acquired || l.queueLimit < need || pastDeadline(ctx, got.Add(res.RetryAfter)) {
 			return l.count(res, err)
 		}
 	}
-	w := &waiter{n: n, ctx: ctx, done: make(chan struct{})}
+	w := &waiter{n: n, need: need, ctx: ctx, done: make(chan struct{})}
 	if jump {
 		w.wakeAt = got.Add(res.RetryAfter)
 	}
@@ -196,22 +197,33 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 		return false, l.closedErr()
 	}
 	if l.order == NewestFirst {
-		for l.q.permits+w.n > l.queueLimit && l.q.tail != nil {
-			old := l.q.tail
-			l.q.remove(old)
-			old.finish(Result{Remaining: l.available.Load(), RetryAfter: l.untilWake(old), Limit: l.policy.Limit, Window: l.policy.Window}, nil)
+		// Refuse the oldest calls to make room, but never one whose
+		// retry is in flight: the server may be granting it right now.
+		room := l.queueLimit - l.q.permits
+		for old := l.q.tail; old != nil && room < w.need; old = old.prev {
+			if old != l.inflight {
+				room += old.need
+			}
 		}
-		if l.q.permits+w.n > l.queueLimit {
+		if room < w.need {
 			return false, nil
+		}
+		for old := l.q.tail; old != nil && l.q.permits+w.need > l.queueLimit; {
+			prev := old.prev
+			if old != l.inflight {
+				l.q.remove(old)
+				old.finish(Result{Remaining: l.available.Load(), RetryAfter: l.untilWake(old), Limit: l.policy.Limit, Window: l.policy.Window}, nil)
+			}
+			old = prev
 		}
 		l.q.pushFront(w)
 	} else {
-		if l.q.permits+w.n > l.queueLimit {
-			return false, nil
-		}
-		if h := l.q.head; h != nil && pastDeadline(w.ctx, h.wakeAt) {
-			// Served after the front, which waits beyond w's deadline.
+		if h := l.q.head; h != nil {
+			// Served after the front: when refused, come back no sooner
+			// than the front's permits are back.
 			w.wakeAt = h.wakeAt
+		}
+		if l.q.permits+w.need > l.queueLimit || pastDeadline(w.ctx, w.wakeAt) {
 			return false, nil
 		}
 		l.q.pushBack(w)
@@ -284,13 +296,21 @@ func (l *Limiter) dispatch() {
 			}
 		}
 
+		l.mu.Lock()
+		if !w.queued {
+			l.mu.Unlock()
+			continue
+		}
+		l.inflight = w
+		l.mu.Unlock()
 		ctx, cancel := context.WithCancel(w.ctx)
 		stop := context.AfterFunc(l.stopCtx, cancel)
-		res, got, err := l.decide(ctx, w.n, max(w.n, 1))
+		res, got, err := l.decide(ctx, w.n, w.need)
 		stop()
 		cancel()
 
 		l.mu.Lock()
+		l.inflight = nil
 		switch {
 		case !w.queued:
 			// Cancelled or closed meanwhile: its caller is gone, and

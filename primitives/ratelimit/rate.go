@@ -25,25 +25,41 @@ func (l *Limiter) Wait(ctx context.Context) error { return l.WaitN(ctx, 1) }
 // refused (no queue, or a full one) sleeps for the RetryAfter the server
 // gave and tries again. It returns nil once granted.
 //
-// Errors: ErrExceedsLimit (n is more than the limit), ErrWouldExceedDeadline
-// (a refusal's RetryAfter ends after ctx's deadline; returned at once, as
-// x/time/rate does; also from the queue, as soon as a retry learns the
-// permits come back too late), ctx.Err(), primitives.ErrClosed, and those
-// of Acquire.
+// Errors: ErrExceedsLimit (n is more than the limit; nothing is sent),
+// ErrWouldExceedDeadline (a refusal's RetryAfter ends after ctx's
+// deadline: returned at once, as x/time/rate does, also from the queue as
+// soon as a retry learns the permits come back too late; it also matches
+// ErrQueueFull when the queue had no room), ctx.Err(),
+// primitives.ErrClosed, and those of Acquire.
 func (l *Limiter) WaitN(ctx context.Context, n int64) error {
+	never, err := l.checkCall(ctx, n)
+	if err != nil {
+		return err
+	}
+	if never {
+		l.rejected.Add(1)
+		return fmt.Errorf("%w: %d permits, limit %d on %q", ErrExceedsLimit, n, l.policy.Limit, l.key)
+	}
+	// One call under way for the whole wait, sleeps included, so the
+	// limiter never looks idle (and is never swept) under it.
+	if err := l.begin(); err != nil {
+		return err
+	}
+	defer l.end()
 	for {
-		res, err := l.Acquire(ctx, n)
+		res, err := l.acquire(ctx, n, false)
 		if err != nil {
 			return err
 		}
 		if res.Acquired {
 			return nil
 		}
-		if res.RetryAfter <= 0 {
-			return fmt.Errorf("%w: %d permits, limit %d on %q", ErrExceedsLimit, n, l.policy.Limit, l.key)
-		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < res.RetryAfter {
-			return fmt.Errorf("%w: %q has %d permits back in %v", ErrWouldExceedDeadline, l.key, n, res.RetryAfter)
+			err := fmt.Errorf("%w: %q has %d permits back in %v", ErrWouldExceedDeadline, l.key, n, res.RetryAfter)
+			if l.queueLimit > 0 && l.Statistics().Queued+max(n, 1) > l.queueLimit {
+				err = fmt.Errorf("%w: %w", ErrQueueFull, err)
+			}
+			return err
 		}
 		t := l.ls.clk.NewTimer(res.RetryAfter)
 		select {

@@ -41,7 +41,8 @@ var (
 	ErrExceedsLimit = errors.New("ratelimit: more permits than the limit")
 	// ErrQueueFull: Wait or WaitN could not queue (the queue holds
 	// QueueLimit permits already) and its ctx ends before the server said
-	// the permits would be back.
+	// the permits would be back; the error also matches
+	// ErrWouldExceedDeadline.
 	ErrQueueFull = errors.New("ratelimit: queue full")
 	// ErrWouldExceedDeadline: Wait or WaitN was refused, and the permits
 	// will not be back before its ctx's deadline.
