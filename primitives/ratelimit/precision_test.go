@@ -103,12 +103,13 @@ const (
 	// machine under -race.
 	probeEvery = 500 * time.Microsecond
 	probeSlack = 10 * time.Millisecond
-	// minSharp is the share of probe trials whose last refusal and first
-	// grant must lie within probeSlack of each other for the sliding
-	// window's one-segment bound to count as measured: on a busy machine
-	// a probe goroutine now and then waits tens of milliseconds for a CPU
-	// (seen: 7 of 40 trials with 8 agents' builds and tests on 2 cores).
-	minSharp = 0.5
+	// minSharp is the share of the probe trials asked for that must be
+	// sharp (their last refusal and first grant within probeSlack) for the
+	// sliding window's one-segment bound to count as measured: on a busy
+	// machine a probe goroutine now and then waits tens of milliseconds
+	// for a CPU (seen: 18 of 40 trials, at a load average of 8 on 2
+	// cores), so stalled trials are made up for by up to as many more.
+	minSharp = 0.75
 )
 
 func durations() (load time.Duration, retries, probes int) {
@@ -167,7 +168,7 @@ func precision(t *testing.T, clients []rueidis.Client, prefix string, load, tria
 		defer lims[i].Close()
 	}
 	checkLoad(t, load, runLoad(ctx, lims, d))
-	checkTrials(t, trial, runTrials(ctx, t, clients, prefix, trial, retries, probes))
+	checkTrials(t, trial, runTrials(ctx, t, clients, prefix, trial, retries, probes), probes)
 }
 
 // Load roles, one goroutine of each per client.
@@ -468,11 +469,22 @@ type trialResult struct {
 	fillSpan   time.Duration // from the fill's first grant to its refusal
 }
 
+// sharp reports whether a probe trial bracketed the instant its permits
+// came back within probeSlack: its last refusal and first grant lie that
+// close (a stalled probe goroutine brackets it loosely).
+func (tr trialResult) sharp() bool {
+	return tr.probe && !tr.lastRefuse.IsZero() && tr.firstGrant.Sub(tr.lastRefuse) <= probeSlack
+}
+
+// runTrials runs the retry trials and then the probe trials, 8 keys at a
+// time. A probe trial whose probes stalled (see sharp) is made up for by
+// another, up to probes more, so a busy machine does not leave the
+// sliding window's bound unmeasured.
 func runTrials(ctx context.Context, t *testing.T, clients []rueidis.Client, prefix string, s spec, retries, probes int) []trialResult {
 	t.Helper()
-	out := make([]trialResult, retries+probes)
+	out := make([]trialResult, retries+2*probes)
 	errs := make([]error, trialWorkers)
-	var next atomic.Int64
+	var next, sharp atomic.Int64
 	var wg sync.WaitGroup
 	for wi := range trialWorkers {
 		ls, err := ratelimit.New(clients[wi%len(clients)], ratelimit.Options{Prefix: prefix})
@@ -485,7 +497,7 @@ func runTrials(ctx context.Context, t *testing.T, clients []rueidis.Client, pref
 			rng := rand.New(rand.NewPCG(uint64(wi), 7))
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(out) || errs[wi] != nil {
+				if i >= len(out) || errs[wi] != nil || (i >= retries+probes && sharp.Load() >= int64(probes)) {
 					return
 				}
 				lim, err := s.make(ls, fmt.Sprintf("trial:%d", i), 0)
@@ -498,6 +510,9 @@ func runTrials(ctx context.Context, t *testing.T, clients []rueidis.Client, pref
 				if errs[wi] != nil {
 					errs[wi] = fmt.Errorf("trial %d: %w", i, errs[wi])
 				}
+				if out[i].sharp() {
+					sharp.Add(1)
+				}
 			}
 		}()
 	}
@@ -507,7 +522,13 @@ func runTrials(ctx context.Context, t *testing.T, clients []rueidis.Client, pref
 			t.Fatal(err)
 		}
 	}
-	return out
+	ran := out[:0]
+	for _, tr := range out {
+		if tr.n > 0 {
+			ran = append(ran, tr)
+		}
+	}
+	return ran
 }
 
 // oneTrial fills a fresh limiter with grants of n permits until refused,
@@ -601,7 +622,7 @@ func oneTrial(ctx context.Context, lim *ratelimit.Limiter, s spec, n int64, prob
 // stamp formats server instants in failure messages.
 const stamp = "15:04:05.000000"
 
-func checkTrials(t *testing.T, s spec, trs []trialResult) {
+func checkTrials(t *testing.T, s spec, trs []trialResult, wantSharp int) {
 	t.Helper()
 	var retries, retryOK, probes int
 	var (
@@ -654,7 +675,7 @@ func checkTrials(t *testing.T, s spec, trs []trialResult) {
 		if !tr.lastRefuse.IsZero() {
 			worstLate = max(worstLate, tr.lastRefuse.Sub(tr.exact.Add(seg)))
 		}
-		conclusive := !tr.lastRefuse.IsZero() && tr.firstGrant.Sub(tr.lastRefuse) <= probeSlack
+		conclusive := tr.sharp()
 		if conclusive {
 			sharp++
 			extraLo, extraHi, extraSum = min(extraLo, extra), max(extraHi, extra), extraSum+extra
@@ -682,8 +703,8 @@ func checkTrials(t *testing.T, s spec, trs []trialResult) {
 			t.Logf("%d of %d probe trials bracketed the instant within %v: first grant later than the exact log's by %v..%v (mean %v)",
 				sharp, probes, probeSlack, extraLo, extraHi, extraSum/time.Duration(sharp))
 		}
-		if float64(sharp) < minSharp*float64(probes) {
-			t.Errorf("only %d of %d probe trials bracketed the instant within %v (probe goroutines stalled): the one-segment bound was not measured", sharp, probes, probeSlack)
+		if float64(sharp) < minSharp*float64(wantSharp) {
+			t.Errorf("only %d of %d probe trials bracketed the instant within %v (probe goroutines stalled), want %.0f: the one-segment bound was not measured", sharp, probes, probeSlack, minSharp*float64(wantSharp))
 		}
 	}
 	if rate < minRetryRate {
