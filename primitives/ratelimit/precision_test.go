@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,6 +285,28 @@ type loadRun struct {
 	errs      []error
 	first     time.Time
 	span      time.Duration // server time from the first decision to the last
+	// idle is the time within span in which no decision reached the
+	// server for longer than idleGap (less idleGap each time): the load's
+	// goroutines were all waiting for a CPU, and the limiter had no one
+	// to grant to. The lower bound on grants counts span-idle.
+	idle time.Duration
+}
+
+// idleGap is a pause between decisions that counts as the load stalling:
+// with 12 goroutines, 3 of them retrying at once, decisions normally
+// arrive every 0.1-0.5 ms.
+const idleGap = 5 * time.Millisecond
+
+// idleTime sums the gaps longer than idleGap between the sorted instants.
+func idleTime(at []time.Time) time.Duration {
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	var idle time.Duration
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap > idleGap {
+			idle += gap - idleGap
+		}
+	}
+	return idle
 }
 
 func merge(ws []*worker) loadRun {
@@ -291,7 +314,10 @@ func merge(ws []*worker) loadRun {
 		r   loadRun
 		off ratetest.ClockOffset
 	)
-	var last time.Time
+	var (
+		last time.Time
+		all  []time.Time
+	)
 	see := func(at time.Time) {
 		if r.first.IsZero() || at.Before(r.first) {
 			r.first = at
@@ -299,6 +325,7 @@ func merge(ws []*worker) loadRun {
 		if at.After(last) {
 			last = at
 		}
+		all = append(all, at)
 	}
 	for _, w := range ws {
 		r.decisions += w.decisions
@@ -326,6 +353,7 @@ func merge(ws []*worker) loadRun {
 		}
 	}
 	r.span = last.Sub(r.first)
+	r.idle = idleTime(all)
 	return r
 }
 
@@ -335,6 +363,8 @@ func checkLoad(t *testing.T, s spec, ws []*worker) {
 	known := ratetest.Total(r.known)
 	t.Logf("load: %d decisions by %d goroutines over %v of server time: %d permits granted in %d grants, %d refusals, %d unknown outcomes",
 		r.decisions, len(ws), r.span.Round(time.Millisecond), known, len(r.known), len(r.refusals), r.unknown)
+	busy := r.span - r.idle
+	t.Logf("load stalled (no decision for more than %v) for %v in all: the lower bound counts T = %v", idleGap, r.idle.Round(time.Microsecond), busy.Round(time.Millisecond))
 	for i, err := range r.errs {
 		if i < 5 {
 			t.Logf("unknown outcome (counted as granted): %v", err)
@@ -362,10 +392,10 @@ func checkLoad(t *testing.T, s spec, ws []*worker) {
 	case ratelimit.SlidingWindowAlgorithm:
 		most, from := ratetest.MaxIn(r.all, s.window)
 		seg := s.seg()
-		allowed := float64(s.limit) * r.span.Seconds() / (s.window + seg).Seconds()
+		allowed := float64(s.limit) * busy.Seconds() / (s.window + seg).Seconds()
 		t.Logf("sliding window (limit %d per %v, segment %v): most in any %v: %d (at +%v); %d permits = %.1f%% of limit·T/(W+seg) = %.0f, %.1f%% of limit·T/W",
 			s.limit, s.window, seg, s.window, most, from.Sub(r.first).Round(time.Millisecond), known,
-			100*float64(known)/allowed, allowed, 100*float64(known)/(float64(s.limit)*r.span.Seconds()/s.window.Seconds()))
+			100*float64(known)/allowed, allowed, 100*float64(known)/(float64(s.limit)*busy.Seconds()/s.window.Seconds()))
 		if most != s.limit {
 			t.Errorf("the most permits in any %v are %d (unknown outcomes included), want exactly the limit %d", s.window, most, s.limit)
 		}
@@ -373,34 +403,34 @@ func checkLoad(t *testing.T, s spec, ws []*worker) {
 		// after the window (the segment a permit is counted in ends up
 		// to one segment after it): limit per W+seg is its full rate.
 		if float64(known) < minShare*allowed {
-			t.Errorf("only %d permits granted over %v, want at least %.0f%% of %.0f", known, r.span, 100*minShare, allowed)
+			t.Errorf("only %d permits granted over %v (%v of it stalled), want at least %.0f%% of %.0f", known, r.span, r.idle, 100*minShare, allowed)
 		}
 
 	case ratelimit.TokenBucketAlgorithm:
 		spans := int(r.span / s.period)
 		excess, at := ratetest.BucketExcess(r.all, s.limit, s.per, s.period, spans)
 		onePeriod, _ := ratetest.MaxIn(r.all, s.period)
-		allowed := float64(s.limit + s.per*int64(r.span/s.period))
+		allowed := float64(s.limit + s.per*int64(busy/s.period))
 		t.Logf("token bucket (%d, +%d per %v): worst excess over limit+per·⌈D/period⌉ for D = 1..%d periods: %d (at D=%v); most in one period %d; %d permits = %.1f%% of limit+per·⌊T/period⌋ = %.0f",
 			s.limit, s.per, s.period, spans, excess, at, onePeriod, known, 100*float64(known)/allowed, allowed)
 		if excess > 0 {
 			t.Errorf("%d permits too many in an interval of %v (unknown outcomes included)", excess, at)
 		}
 		if float64(known) < minShare*allowed {
-			t.Errorf("only %d permits granted over %v, want at least %.0f%% of %.0f", known, r.span, 100*minShare, allowed)
+			t.Errorf("only %d permits granted over %v (%v of it stalled), want at least %.0f%% of %.0f", known, r.span, r.idle, 100*minShare, allowed)
 		}
 
 	case ratelimit.FixedWindowAlgorithm:
 		checkFixedWindows(t, s, r)
 		most, from := ratetest.MaxIn(r.all, s.window)
-		allowed := float64(s.limit) * r.span.Seconds() / s.window.Seconds()
+		allowed := float64(s.limit) * busy.Seconds() / s.window.Seconds()
 		t.Logf("fixed window (limit %d per %v): most in any %v: %d (at +%v), bound 2×limit = %d; %d permits = %.1f%% of limit·T/W = %.0f",
 			s.limit, s.window, s.window, most, from.Sub(r.first).Round(time.Millisecond), 2*s.limit, known, 100*float64(known)/allowed, allowed)
 		if most > 2*s.limit {
 			t.Errorf("%d permits in an interval of %v, more than twice the limit %d", most, s.window, s.limit)
 		}
 		if float64(known) < minShare*allowed {
-			t.Errorf("only %d permits granted over %v, want at least %.0f%% of %.0f", known, r.span, 100*minShare, allowed)
+			t.Errorf("only %d permits granted over %v (%v of it stalled), want at least %.0f%% of %.0f", known, r.span, r.idle, 100*minShare, allowed)
 		}
 	}
 }
@@ -467,6 +497,7 @@ type trialResult struct {
 	exact      time.Time // sliding: an exact sliding log's availability after the fill
 	probes     int
 	fillSpan   time.Duration // from the fill's first grant to its refusal
+	fillLog    []string      // the fill's grants: server time + ResetAfter
 }
 
 // sharp reports whether a probe trial bracketed the instant its permits
@@ -559,6 +590,7 @@ func oneTrial(ctx context.Context, lim *ratelimit.Limiter, s spec, n int64, prob
 			break
 		}
 		fill = append(fill, ratetest.Grant{At: res.ServerTime, N: n})
+		tr.fillLog = append(tr.fillLog, fmt.Sprintf("%v+%v", res.ServerTime.Format(stamp), res.ResetAfter))
 		// The fill normally takes a few round trips; a slow one may see
 		// permits come back meanwhile, but never without end.
 		if len(fill) > 4*int(s.limit) {
@@ -655,12 +687,12 @@ func checkTrials(t *testing.T, s spec, trs []trialResult, wantSharp int) {
 			resol = max(resol, tr.firstGrant.Sub(tr.lastRefuse))
 		}
 		if !tr.lastRefuse.IsZero() && !tr.lastRefuse.Before(tr.due) {
-			t.Errorf("probe trial %d (%d permits): refused at server time %v, %v after RetryAfter ran out (refused at %v with RetryAfter %v)",
-				i, tr.n, tr.lastRefuse.Format(stamp), tr.lastRefuse.Sub(tr.due), tr.refusedAt.Format(stamp), tr.retryAfter)
+			t.Errorf("probe trial %d (%d permits): refused at server time %v, %v after RetryAfter ran out (fill %v, refused at %v with RetryAfter %v)",
+				i, tr.n, tr.lastRefuse.Format(stamp), tr.lastRefuse.Sub(tr.due), tr.fillLog, tr.refusedAt.Format(stamp), tr.retryAfter)
 		}
 		if tr.due.Sub(tr.firstGrant) > tick {
-			t.Errorf("probe trial %d (%d permits): granted at server time %v, %v before RetryAfter ran out (refused at %v with RetryAfter %v; tolerance %v)",
-				i, tr.n, tr.firstGrant.Format(stamp), tr.due.Sub(tr.firstGrant), tr.refusedAt.Format(stamp), tr.retryAfter, tick)
+			t.Errorf("probe trial %d (%d permits): granted at server time %v, %v before RetryAfter ran out (fill %v, refused at %v with RetryAfter %v; tolerance %v)",
+				i, tr.n, tr.firstGrant.Format(stamp), tr.due.Sub(tr.firstGrant), tr.fillLog, tr.refusedAt.Format(stamp), tr.retryAfter, tick)
 		}
 		if s.alg != ratelimit.SlidingWindowAlgorithm {
 			continue
