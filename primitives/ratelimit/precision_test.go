@@ -28,14 +28,15 @@ import (
 //     by one, RetryAfter never longer than needed (no grant of as many
 //     permits came before it ran out, within a tick), and a lower bound
 //     on the total so a limiter that stops refilling fails.
-//   - refusals after RetryAfter ran out (it was early) fail without
-//     tolerance; RetryAfter longer than needed fails beyond a tick.
 //   - trials: one caller per key fills a small limiter and is refused;
 //     "retry" trials come back RetryAfter+10ms later and must succeed;
 //     "probe" trials ask every half millisecond around the instant
 //     RetryAfter named, which brackets the true availability between the
-//     last refusal and the first grant. For the sliding window they also
-//     bracket it against an exact sliding log over the fill's grants.
+//     last refusal and the first grant: a refusal after RetryAfter ran
+//     out (it was early) fails without tolerance, a grant more than a
+//     tick before (it was longer than needed) fails. For the sliding
+//     window they also bracket it against an exact sliding log over the
+//     fill's grants.
 
 // spec is one limiter's parameters.
 type spec struct {
