@@ -35,6 +35,7 @@ local used = 0
 local live = {}
 local dead = {}
 local ahead = 0 -- permits dated after the current segment (the server's clock went back)
+local first = nil -- the earliest live segment's end
 local current_field = int(current)
 for i = 1, #flat, 2 do
   local e, n = whole(flat[i], MAX_US), whole(flat[i + 1], MAX_COUNT)
@@ -55,34 +56,36 @@ for i = 1, #flat, 2 do
   else
     used = used + n
     live[#live + 1] = {e, n}
+    if not first or e < first then first = e end
   end
 end
 if ahead > 0 then
   live[#live + 1] = {current, ahead}
+  if not first then first = current end
 end
-table.sort(live, function(a, b) return a[1] < b[1] end)
 
 -- rewrite prunes the segments that ended a window ago, moves those dated
--- ahead into the current one, and adds consume to it.
+-- ahead into the current one, and adds consume to it. The key expires a
+-- window after its latest segment, the current one: the expiry is set
+-- when that segment starts counting (or the key held segments dated
+-- ahead), and kept by the grants that add to it.
 local function rewrite(consume)
   if #dead > 0 then
     redis.call('HDEL', KEYS[1], unpack(dead))
   end
-  if consume + ahead > 0 then
-    redis.call('HINCRBY', KEYS[1], current_field, consume + ahead)
+  local added = consume + ahead
+  if added > 0 and redis.call('HINCRBY', KEYS[1], current_field, added) == added or ahead > 0 then
+    expire_in(current + span - now)
   end
-  expire_in(live[#live][1] + span - now)
 end
 
 if used + need <= limit then
   if consume > 0 then
-    if #live == 0 or live[#live][1] < current then
-      live[#live + 1] = {current, 0}
-    end
     rewrite(consume)
+    if not first then first = current end
   end
   local reset = 0
-  if #live > 0 then reset = live[1][1] + span - now end
+  if first then reset = first + span - now end
   return {1, limit - used - consume, 0, reset, now}
 end
 
@@ -91,6 +94,7 @@ end
 if ahead > 0 and consume > 0 then
   rewrite(0)
 end
+table.sort(live, function(a, b) return a[1] < b[1] end)
 local retry, freed = 0, used
 for i = 1, #live do
   freed = freed - live[i][2]
@@ -101,4 +105,4 @@ for i = 1, #live do
 end
 local remaining = limit - used
 if remaining < 0 then remaining = 0 end
-return {0, remaining, retry, live[1][1] + span - now, now}
+return {0, remaining, retry, first + span - now, now}

@@ -177,10 +177,10 @@ func precision(t *testing.T, clients []rueidis.Client, prefix string, load, tria
 
 // Load roles, one goroutine of each per client.
 const (
-	eager   = iota // 1 permit, retries at once
-	patient        // 1–3 permits, retries after RetryAfter
-	queued         // 1–2 permits through Acquire (queue of 3)
-	mixed          // 1–2 permits, retries at once or after RetryAfter
+	eager    = iota // 1 permit, retries at once
+	patient         // 1–3 permits, retries after RetryAfter
+	queueing        // 1–2 permits through Acquire (queue of 3)
+	mixed           // 1–2 permits, retries at once or after RetryAfter
 )
 
 type call struct {
@@ -228,7 +228,7 @@ func (w *worker) run(ctx context.Context, stopAt time.Time) {
 		switch w.role {
 		case patient:
 			n = 1 + w.rng.Int64N(3)
-		case queued, mixed:
+		case queueing, mixed:
 			n = 1 + w.rng.Int64N(2)
 		}
 		sent := time.Now()
@@ -236,7 +236,7 @@ func (w *worker) run(ctx context.Context, stopAt time.Time) {
 			res ratelimit.Result
 			err error
 		)
-		if w.role == queued {
+		if w.role == queueing {
 			res, err = w.lim.Acquire(ctx, n)
 		} else {
 			res, err = w.lim.TryAcquire(ctx, n)
@@ -257,7 +257,7 @@ func (w *worker) run(ctx context.Context, stopAt time.Time) {
 			if res.RetryAfter <= 0 {
 				w.noRetry++
 			}
-			if w.role == patient || w.role == queued || (w.role == mixed && w.rng.IntN(2) == 0) {
+			if w.role == patient || w.role == queueing || (w.role == mixed && w.rng.IntN(2) == 0) {
 				sleep(ctx, res.RetryAfter)
 			}
 		}

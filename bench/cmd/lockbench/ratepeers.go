@@ -81,6 +81,7 @@ const (
 	rlGCRA    = "go-redis/redis_rate (GCRA)"
 	rlEnvoy   = "envoy-style fixed window"
 	rlRaw     = "raw EVALSHA ceiling"
+	rlFloor   = "raw INCRBY floor"
 )
 
 // scriptCmds are how the script rows reach Redis.
@@ -107,8 +108,11 @@ func rlRows() []rlRow {
 			note: "what envoyproxy/ratelimit's Redis backend sends, written here on a default rueidis client: the key names the clock-aligned window (`<key>_<unix time / window × window>`, the client's clock), `INCRBY key 1` and `EXPIRE key <window s>` pipelined in one `DoMulti`, and the decision made on the client (over the limit when the new count exceeds it); every decision writes, refusals too",
 			new:  newEnvoyRL},
 		{name: rlRaw, algo: algoFixed, top: scriptCmds,
-			note: "the least one script can do: on a default rueidis client, `EVALSHA` of `INCRBY KEYS[1] 1`, and `PEXPIRE KEYS[1] <window>` only when the count is new (what `PEXPIRE … NX` does), decided on the client (granted when the count is ≤ the limit); no server-time reply, no checks, refusals write too — what one round trip of one script costs",
-			new:  newRawRL},
+			note: "the minimal script making the fixed window's decision, written here on a default rueidis client: `GET`; over the limit, `PTTL` and refuse without writing; else `INCRBY`, `PTTL` and `PEXPIRE` when the counter is new; it answers granted, remaining and the window's time left, like coordhost's script, but checks no argument and reads no `TIME` (so it reports no server time): what the decision itself costs",
+			new:  newRawRL(rawDecisionScript)},
+		{name: rlFloor, algo: algoFixed, top: scriptCmds,
+			note: "the least one script can do, for scale: `INCRBY KEYS[1] 1`, and `PEXPIRE KEYS[1] <window>` only when the count is new, decided on the client (granted when the count is ≤ the limit); refusals write too, and nothing says when to retry",
+			new:  newRawRL(rawRLScript)},
 	}
 }
 
@@ -252,27 +256,59 @@ var rawRLScript = rueidis.NewLuaScript(`local n = redis.call('INCRBY', KEYS[1], 
 if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return n`)
 
+// rawDecisionScript makes the fixed window's decision with nothing else:
+// ARGV[1] permits, ARGV[2] limit, ARGV[3] window ms; {granted, remaining,
+// pttl}.
+var rawDecisionScript = rueidis.NewLuaScript(`local n, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used + n > limit then
+  return {0, limit - used, redis.call('PTTL', KEYS[1])}
+end
+redis.call('INCRBY', KEYS[1], n)
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]); ttl = tonumber(ARGV[3]) end
+return {1, limit - used - n, ttl}`)
+
 type rawRL struct {
-	client rueidis.Client
-	keys   []string
-	limit  int64
-	ms     []string
+	client   rueidis.Client
+	script   *rueidis.Lua
+	decision bool // rawDecisionScript's reply, not a count
+	keys     []string
+	limit    int64
+	args     []string
 }
 
-func newRawRL(addr, prefix string, p rlParams) (rlDecider, error) {
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
-	if err != nil {
-		return nil, err
+func newRawRL(script *rueidis.Lua) func(addr, prefix string, p rlParams) (rlDecider, error) {
+	return func(addr, prefix string, p rlParams) (rlDecider, error) {
+		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+		if err != nil {
+			return nil, err
+		}
+		ms := strconv.FormatInt(p.window.Milliseconds(), 10)
+		d := &rawRL{client: client, script: script, limit: p.limit, args: []string{ms}, keys: make([]string, rlKeys+1)}
+		if script == rawDecisionScript {
+			d.decision, d.args = true, []string{"1", strconv.FormatInt(p.limit, 10), ms}
+		}
+		for k := range d.keys {
+			d.keys[k] = prefix + strconv.Itoa(k)
+		}
+		return d, nil
 	}
-	d := &rawRL{client: client, limit: p.limit, ms: []string{strconv.FormatInt(p.window.Milliseconds(), 10)}, keys: make([]string, rlKeys+1)}
-	for k := range d.keys {
-		d.keys[k] = prefix + strconv.Itoa(k)
-	}
-	return d, nil
 }
 
 func (d *rawRL) decide(ctx context.Context, k int) (bool, time.Time, error) {
-	n, err := rawRLScript.Exec(ctx, d.client, d.keys[k:k+1], d.ms).AsInt64()
+	if d.decision {
+		v, err := d.script.Exec(ctx, d.client, d.keys[k:k+1], d.args).ToArray()
+		if err != nil {
+			return false, time.Time{}, err
+		}
+		if len(v) != 3 {
+			return false, time.Time{}, errors.New("raw: reply of another shape")
+		}
+		granted, err := v[0].AsInt64()
+		return granted == 1, time.Time{}, err
+	}
+	n, err := d.script.Exec(ctx, d.client, d.keys[k:k+1], d.args).AsInt64()
 	if err != nil {
 		return false, time.Time{}, err
 	}
