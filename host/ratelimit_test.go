@@ -285,6 +285,10 @@ func TestRateLimitReload(t *testing.T) {
 	if res, err := login.TryAcquire(ctx, nil, 1); err != nil || !res.Acquired {
 		t.Fatalf("first login: %+v, %v", res, err)
 	}
+	// Queued calls need a context without a deadline: one that ends before
+	// the permits are back (a minute) is refused at once, not queued.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	type result struct {
 		res ratelimit.Result
 		err error
