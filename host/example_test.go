@@ -78,7 +78,7 @@ lock "report" {
 	// Output:
 	// example:coordhost:lock:report/tenant:acme 1
 	// Released <nil>
-	// lock "report": policies: partition key unavailable: template "tenant:${tenant}" needs attribute "tenant"
+	// lock "report": policies: partition key unavailable: template "tenant:${tenant}" needs a non-empty attribute "tenant"
 }
 
 // A rate limit from HCL: the configuration decides the algorithm, limit
@@ -141,5 +141,5 @@ rate_limit "checkout" {
 	// true 1 false
 	// true 0 false
 	// false 0 true
-	// rate_limit "checkout": policies: partition key unavailable: template "tenant:${tenant}" needs attribute "tenant"
+	// rate_limit "checkout": policies: partition key unavailable: template "tenant:${tenant}" needs a non-empty attribute "tenant"
 }

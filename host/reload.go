@@ -51,7 +51,9 @@ func (h *Host) Reload(ctx context.Context) error {
 	n := h.genNo.Add(1)
 	h.metrics.gen.Set(float64(n))
 	h.metrics.reloads.WithLabelValues("ok").Inc()
-	h.log.Info("configuration reloaded", "generation", n, "path", cfg.Path, "policies", len(cfg.Policies), "locks", len(cfg.Locks))
+	h.log.Info("configuration reloaded", "generation", n, "path", cfg.Path, "policies", len(cfg.Policies), "locks", len(cfg.Locks),
+		"rwlocks", len(cfg.RWLocks), "semaphores", len(cfg.Semaphores), "latches", len(cfg.Latches),
+		"redlocks", len(cfg.Redlocks), "rate_limits", len(cfg.RateLimits))
 	h.drains.Add(1)
 	go func() {
 		defer h.drains.Done()

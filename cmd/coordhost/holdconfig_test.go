@@ -81,7 +81,7 @@ func TestHoldConfig(t *testing.T) {
 		ran := filepath.Join(t.TempDir(), "ran")
 		te := newTestEnv(t, nil)
 		code := run(ctx, []string{"lock", "hold", "-config", path, "tenant", "--", "touch", ran}, te.env)
-		if code != exitFailure || !strings.Contains(te.errOut.String(), `needs attribute "tenant"`) {
+		if code != exitFailure || !strings.Contains(te.errOut.String(), `needs a non-empty attribute "tenant"`) {
 			t.Fatalf("exit status %d; stderr:\n%s", code, te.errOut)
 		}
 		if _, err := os.Stat(ran); err == nil {

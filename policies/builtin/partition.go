@@ -95,7 +95,7 @@ func (t *Template) PartitionKey(_ context.Context, r policies.PartitionRequest) 
 			v = r.Attributes[p.attr]
 		}
 		if v == "" {
-			return "", fmt.Errorf("%w: template %q needs attribute %q", policies.ErrPartition, t.src, p.attr)
+			return "", fmt.Errorf("%w: template %q needs a non-empty attribute %q", policies.ErrPartition, t.src, p.attr)
 		}
 		b.WriteString(v)
 	}
