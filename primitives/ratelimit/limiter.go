@@ -266,6 +266,12 @@ func (l *Limiter) never(ctx context.Context) Result {
 // write; nothing written), ctx.Err() and transport errors. After an error
 // the permits may have been consumed on the server.
 func (l *Limiter) TryAcquire(ctx context.Context, n int64) (Result, error) {
+	return l.run(ctx, n, (*Limiter).tryAcquire)
+}
+
+// run checks a call's arguments, marks it under way for its whole length
+// and runs decide (tryAcquire or acquire).
+func (l *Limiter) run(ctx context.Context, n int64, decide func(*Limiter, context.Context, int64, bool) (Result, error)) (Result, error) {
 	never, err := l.checkCall(ctx, n)
 	if err != nil {
 		return Result{}, err
@@ -274,7 +280,7 @@ func (l *Limiter) TryAcquire(ctx context.Context, n int64) (Result, error) {
 		return Result{}, err
 	}
 	defer l.end()
-	return l.tryAcquire(ctx, n, never)
+	return decide(l, ctx, n, never)
 }
 
 // tryAcquire is TryAcquire after its checks and begin.

@@ -88,23 +88,24 @@ func NewPartitioned(o PartitionedOptions) (*Partitioned, error) {
 // Errors also: ErrTooManyPartitions, those of PartitionedOptions.New,
 // primitives.ErrClosed once the Partitioned is closed.
 func (p *Partitioned) TryAcquire(ctx context.Context, partition string, n int64) (Result, error) {
+	return p.run(ctx, partition, n, (*Limiter).tryAcquire)
+}
+
+// run finds the partition's limiter, marked under way, and runs decide
+// on it.
+func (p *Partitioned) run(ctx context.Context, partition string, n int64, decide func(*Limiter, context.Context, int64, bool) (Result, error)) (Result, error) {
 	l, never, err := p.begin(ctx, partition, n)
 	if err != nil {
 		return Result{}, err
 	}
 	defer l.end()
-	return l.tryAcquire(ctx, n, never)
+	return decide(l, ctx, n, never)
 }
 
 // Acquire is Limiter.Acquire on the partition's limiter (queueing in it).
 // Errors as TryAcquire.
 func (p *Partitioned) Acquire(ctx context.Context, partition string, n int64) (Result, error) {
-	l, never, err := p.begin(ctx, partition, n)
-	if err != nil {
-		return Result{}, err
-	}
-	defer l.end()
-	return l.acquire(ctx, n, never)
+	return p.run(ctx, partition, n, (*Limiter).acquire)
 }
 
 // begin finds or makes the partition's limiter and marks a call under way

@@ -115,15 +115,7 @@ func (q *queue) popFront() *waiter {
 // the Limiter is closed while queued. After an error, permits may have been
 // consumed on the server for a retry that was under way.
 func (l *Limiter) Acquire(ctx context.Context, n int64) (Result, error) {
-	never, err := l.checkCall(ctx, n)
-	if err != nil {
-		return Result{}, err
-	}
-	if err := l.begin(); err != nil {
-		return Result{}, err
-	}
-	defer l.end()
-	return l.acquire(ctx, n, never)
+	return l.run(ctx, n, (*Limiter).acquire)
 }
 
 // acquire is Acquire after its checks and begin.
