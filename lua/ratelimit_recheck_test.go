@@ -219,3 +219,71 @@ func TestRateLimitRecheckFixedPersisted(t *testing.T) {
 		}
 	}
 }
+
+// Sliding window keys in odd states: segments dated ahead (the clock went
+// back) are moved into the current one and the key expires a window after
+// it; a key holding only dead segments is emptied by the HDEL and
+// recreated by the HINCRBY, with an expiry; a refusal that consumes moves
+// ahead segments and keeps an expiry. In no case is the key left without
+// an expiry, or expiring (leniently) before its latest segment ends.
+func TestRateLimitRecheckSlidingOddKeys(t *testing.T) {
+	s := redistest.Start(t, redistest.Version(8))
+	ctx := xtest.Ctx(t, 20*time.Second)
+	const window, segments = 1000, 10
+	span := int64(window * 1000)
+	seg := span / segments
+	run := func(name string, setup func(now int64), consume, limit string, wantGranted int64) {
+		t.Helper()
+		s.Do(ctx, "DEL", "so")
+		setup(serverMicros(t, ctx, s))
+		d, err := decide(t, ctx, s, lua.RateLimitSliding, "so", consume, consume, limit, strconv.Itoa(window), strconv.Itoa(segments))
+		if err != nil || d.granted != wantGranted {
+			t.Fatalf("%s: %+v %v", name, d, err)
+		}
+		at := expireTime(t, ctx, s, "so")
+		latest := latestSegment(t, ctx, s, "so")
+		if at == -2 {
+			return // nothing stored
+		}
+		if at < 0 || (at+1)*1000 < latest+span {
+			t.Errorf("%s: PEXPIRETIME %d, latest segment %d + window %d", name, at, latest, span)
+		}
+		if latest > (d.now/seg+1)*seg {
+			t.Errorf("%s: a segment dated ahead stayed: %d, now %d", name, latest, d.now)
+		}
+	}
+	ahead := func(now int64) {
+		e := (now/seg + 5) * seg
+		s.Do(ctx, "HSET", "so", strconv.FormatInt(e, 10), "2")
+		s.Do(ctx, "PEXPIRE", "so", "600000")
+	}
+	run("ahead, granted", ahead, "1", "10", 1)
+	run("ahead, refused consuming", ahead, "1", "2", 0)
+	run("dead only", func(now int64) {
+		s.Do(ctx, "HSET", "so", strconv.FormatInt((now/seg-20)*seg, 10), "5", strconv.FormatInt((now/seg-15)*seg, 10), "5")
+	}, "3", "10", 1)
+	run("dead and current, n > 1", func(now int64) {
+		s.Do(ctx, "HSET", "so", strconv.FormatInt((now/seg-20)*seg, 10), "5", strconv.FormatInt((now/seg+1)*seg, 10), "1")
+		s.Do(ctx, "PEXPIRE", "so", "600000")
+	}, "2", "10", 1)
+
+	// A current segment PERSISTed from outside keeps no expiry while it is
+	// current (HINCRBY does not answer the amount added), and gets one as
+	// soon as a grant lands in the next segment.
+	s.Do(ctx, "DEL", "so")
+	now := serverMicros(t, ctx, s)
+	s.Do(ctx, "HSET", "so", strconv.FormatInt((now/seg+1)*seg, 10), "1")
+	if d, err := decide(t, ctx, s, lua.RateLimitSliding, "so", "1", "1", "10", strconv.Itoa(window), strconv.Itoa(segments)); err != nil || d.granted != 1 {
+		t.Fatalf("persisted: %+v %v", d, err)
+	}
+	if at := expireTime(t, ctx, s, "so"); at != -1 && serverMicros(t, ctx, s) < (now/seg+1)*seg {
+		t.Logf("persisted: PEXPIRETIME %d within its segment", at)
+	}
+	xtest.Eventually(t, 5*time.Second, "a grant in a later segment sets an expiry", func() bool {
+		if _, err := decide(t, ctx, s, lua.RateLimitSliding, "so", "1", "1", "1000", strconv.Itoa(window), strconv.Itoa(segments)); err != nil {
+			t.Fatal(err)
+		}
+		at := expireTime(t, ctx, s, "so")
+		return at >= 0 && (at+1)*1000 >= latestSegment(t, ctx, s, "so")+span
+	})
+}
