@@ -226,7 +226,7 @@ func TestRecheckPartitionedFlood(t *testing.T) {
 // to make room for a limiter it never uses: checkCall runs after the
 // eviction in Partitioned.begin.
 func TestRecheckBadCallEvicts(t *testing.T) {
-	t.Skip("FINDING 5: Partitioned.begin evicts a partition and makes a limiter before checking n or ctx: a call with n < 0 for a new key retires an idle partition")
+	t.Skip("FINDING 3: Partitioned.begin evicts a partition and makes a limiter before checking n or ctx: a call with n < 0 for a new key retires an idle partition")
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "rc:")
 	ctx := xtest.Ctx(t, 20*time.Second)
