@@ -63,7 +63,7 @@ end
 
 local function store()
   redis.call('HSET', KEYS[1], 'tokens', int(tokens), 'at', int(at))
-  expire_in(at + math.ceil((limit - tokens) / per) * period - now)
+  expire_at(at + math.ceil((limit - tokens) / per) * period)
 end
 
 if tokens >= need then

@@ -86,12 +86,13 @@ local function counter(s)
   return s == '0' or string.match(s, '^[1-9][0-9]*$') ~= nil
 end
 
--- expire_in sets KEYS[1] to expire us microseconds from now (at least
--- 1 ms, rounded up to whole milliseconds so it never expires early).
-local function expire_in(us)
-  local ms = math.ceil(us / 1000)
-  if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', KEYS[1], ms)
+-- expire_at sets KEYS[1] to expire at end_us (server microseconds), as
+-- an absolute time rounded up to whole milliseconds: Redis 8 may delete a
+-- key anywhere within its expiry's millisecond, so the expiry must not
+-- begin before end_us (a relative PEXPIRE, counted from a clock a little
+-- behind TIME's, could).
+local function expire_at(end_us)
+  redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.ceil(end_us / 1000)))
 end
 
 -- int formats a whole number without an exponent (tostring would write

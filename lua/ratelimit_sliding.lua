@@ -75,7 +75,7 @@ local function rewrite(consume)
   end
   local added = consume + ahead
   if added > 0 and redis.call('HINCRBY', KEYS[1], current_field, added) == added or ahead > 0 then
-    expire_in(current + span - now)
+    expire_at(current + span)
   end
 end
 

@@ -142,7 +142,7 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 	if jump {
 		w.wakeAt = got.Add(res.RetryAfter)
 	}
-	ok, err := l.enqueue(w)
+	ok, behind, err := l.enqueue(w)
 	if err != nil {
 		return Result{}, err
 	}
@@ -153,7 +153,7 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 			res, _, err = l.decide(ctx, 0, need)
 			if err == nil {
 				res.Acquired = false
-				res.RetryAfter = max(res.RetryAfter, w.wakeAt.Sub(l.ls.clk.Now()), time.Millisecond)
+				res.RetryAfter = max(res.RetryAfter, behind.Sub(l.ls.clk.Now()), time.Millisecond)
 			}
 		}
 		return l.count(res, err)
@@ -181,12 +181,15 @@ func (l *Limiter) acquire(ctx context.Context, n int64, never bool) (Result, err
 }
 
 // enqueue queues w if the queue has room (after refusing its oldest calls,
-// for NewestFirst), and starts the dispatcher. False: no room.
-func (l *Limiter) enqueue(w *waiter) (bool, error) {
+// for NewestFirst), and starts the dispatcher. False: no room, or (behind
+// a front that waits beyond w's deadline) no use; behind is then when the
+// front's permits were said to be back. w's own wakeAt is never the
+// front's: if the front leaves, w retries at once.
+func (l *Limiter) enqueue(w *waiter) (ok bool, behind time.Time, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.isClosed {
-		return false, l.closedErr()
+		return false, time.Time{}, l.closedErr()
 	}
 	if l.order == NewestFirst {
 		// Refuse the oldest calls to make room, but never one whose
@@ -198,7 +201,7 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 			}
 		}
 		if room < w.need {
-			return false, nil
+			return false, time.Time{}, nil
 		}
 		for old := l.q.tail; old != nil && l.q.permits+w.need > l.queueLimit; {
 			prev := old.prev
@@ -213,10 +216,10 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 		if h := l.q.head; h != nil {
 			// Served after the front: when refused, come back no sooner
 			// than the front's permits are back.
-			w.wakeAt = h.wakeAt
+			behind = h.wakeAt
 		}
-		if l.q.permits+w.need > l.queueLimit || pastDeadline(w.ctx, w.wakeAt) {
-			return false, nil
+		if l.q.permits+w.need > l.queueLimit || pastDeadline(w.ctx, behind) {
+			return false, behind, nil
 		}
 		l.q.pushBack(w)
 	}
@@ -227,7 +230,7 @@ func (l *Limiter) enqueue(w *waiter) (bool, error) {
 	} else if l.q.head == w {
 		l.poke()
 	}
-	return true, nil
+	return true, time.Time{}, nil
 }
 
 // pastDeadline reports whether ctx ends before at.
