@@ -75,10 +75,11 @@ func (o QueueOrder) String() string {
 // Algorithm names a limiter's algorithm.
 type Algorithm int
 
+// The algorithms, as Policy.Algorithm reports them.
 const (
-	FixedWindowAlgorithm Algorithm = iota + 1
-	SlidingWindowAlgorithm
-	TokenBucketAlgorithm
+	FixedWindowAlgorithm   Algorithm = iota + 1 // Limiters.FixedWindow
+	SlidingWindowAlgorithm                      // Limiters.SlidingWindow
+	TokenBucketAlgorithm                        // Limiters.TokenBucket
 )
 
 func (a Algorithm) String() string {
