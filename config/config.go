@@ -103,6 +103,14 @@
 //	  idle_timeout = "1m"           # a partition's limiter idle this long is dropped
 //	}
 //
+//	envoy_rate_limit "NAME" {     # an Envoy rate-limit domain (see EnvoyRateLimit)
+//	  domain = "NAME"             # default: the label
+//	  descriptor {                # one or more
+//	    entries    = [{ key = "remote_address" }, { key = "path", value = "/login" }]
+//	    rate_limit = "NAME"       # required: a rate_limit block
+//	  }
+//	}
+//
 //	redlock "NAME" {
 //	  addresses    = ["a:6379", "b:6379", "c:6379"]  # required: an odd number >= 3 of independent servers, no two alike
 //	  ttl          = "10s"        # required; at most max_ttl, above the drift allowance and node_timeout
@@ -192,6 +200,9 @@ type Config struct {
 	Redlocks []*Redlock
 	// RateLimits are the declared rate limits, in declaration order.
 	RateLimits []*RateLimit
+	// EnvoyRateLimits are the declared envoy_rate_limit blocks, in
+	// declaration order.
+	EnvoyRateLimits []*EnvoyRateLimit
 
 	files      map[string]*hcl.File
 	policies   map[policyKey]*Policy
@@ -200,6 +211,10 @@ type Config struct {
 	rwlocks    map[string]*RWLock
 	semaphores map[string]*Semaphore
 	rateLimits map[string]*RateLimit
+	// envoyNames and envoyDomains index EnvoyRateLimits by name and by
+	// domain.
+	envoyNames   map[string]*EnvoyRateLimit
+	envoyDomains map[string]*EnvoyRateLimit
 }
 
 type policyKey struct {

@@ -15,12 +15,14 @@ import (
 
 // decoder carries the state of one Parse call.
 type decoder struct {
-	cfg   *Config
-	cwd   string
-	ctx   *hcl.EvalContext // var, path, functions
-	vars  map[string]*Variable
-	refs  []pendingRef
-	diags hcl.Diagnostics
+	cfg  *Config
+	cwd  string
+	ctx  *hcl.EvalContext // var, path, functions
+	vars map[string]*Variable
+	refs []pendingRef
+	// envoyRefs are the descriptors' rate_limit names, checked last.
+	envoyRefs []pendingEnvoyRef
+	diags     hcl.Diagnostics
 }
 
 // pendingRef is a lock's policy reference, resolved once every policy is
@@ -53,6 +55,7 @@ var (
 			{Type: "semaphore", LabelNames: []string{"name"}},
 			{Type: "redlock", LabelNames: []string{"name"}},
 			{Type: "rate_limit", LabelNames: []string{"name"}},
+			{Type: "envoy_rate_limit", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -96,6 +99,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	d.cfg.rwlocks = map[string]*RWLock{}
 	d.cfg.semaphores = map[string]*Semaphore{}
 	d.cfg.rateLimits = map[string]*RateLimit{}
+	d.cfg.envoyNames = map[string]*EnvoyRateLimit{}
+	d.cfg.envoyDomains = map[string]*EnvoyRateLimit{}
 	d.cfg.Server = Server{Listen: DefaultListen, LogFormat: LogText, LogLevel: LogInfo}
 	var serverRange *hcl.Range
 	for _, b := range content.Blocks {
@@ -127,9 +132,12 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeRedlock(b)
 		case "rate_limit":
 			d.decodeRateLimit(b)
+		case "envoy_rate_limit":
+			d.decodeEnvoyRateLimit(b)
 		}
 	}
 	d.resolveRefs()
+	d.resolveEnvoyRefs()
 	d.diags = dedupDiags(d.diags)
 }
 

@@ -40,6 +40,7 @@ type metrics struct {
 	semaphore *semaphoreMetrics // named semaphores (semaphoremetrics.go)
 	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
 	ratelimit *rateLimitMetrics // named rate limits (ratelimitmetrics.go)
+	rls       *rlsMetrics       // the Envoy rate-limit service (rls.go)
 
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
@@ -121,6 +122,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		rwlock:    newRWLockMetrics(),
 		semaphore: newSemaphoreMetrics(),
 		ratelimit: newRateLimitMetrics(),
+		rls:       newRLSMetrics(),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -149,7 +151,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), append(m.redlock.collectors(), m.ratelimit.collectors()...)...)...)
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), append(append(m.redlock.collectors(), m.ratelimit.collectors()...), m.rls.collectors()...)...)...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

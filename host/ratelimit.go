@@ -38,10 +38,17 @@ type RateLimit struct {
 type namedRateLimit = named[*config.RateLimit, *partitionedLimit]
 
 // partitionedLimit is a rate limit's limiters, one per key, and the
-// Policy they share.
+// Policy they share. envoy holds the limiters of the Envoy rate-limit
+// service's partitions (rls.go), under keys of their own.
 type partitionedLimit struct {
 	*ratelimit.Partitioned
+	envoy  *ratelimit.Partitioned
 	policy ratelimit.Policy
+}
+
+// Close closes both families of limiters.
+func (p *partitionedLimit) Close() error {
+	return errors.Join(p.Partitioned.Close(), p.envoy.Close())
 }
 
 func (r *RateLimit) lookup(g *generation) *namedRateLimit { return g.rateLimits[r.name] }
@@ -167,7 +174,7 @@ func (g *generation) newRateLimit(h *Host, rc *config.RateLimit) (*namedRateLimi
 	} else if lp != nil {
 		n.partition = lp.partition
 	}
-	mk, err := limiterMaker(g.limiters, rc)
+	mk, err := limiterMaker(g.limiters, rc, "")
 	if err != nil {
 		return nil, fmt.Errorf("rate_limit %q: %w", rc.Name, err)
 	}
@@ -180,7 +187,16 @@ func (g *generation) newRateLimit(h *Host, rc *config.RateLimit) (*namedRateLimi
 	if err != nil {
 		return nil, fmt.Errorf("rate_limit %q: %w", rc.Name, err)
 	}
-	n.prim = &partitionedLimit{Partitioned: p, policy: probe.Policy()}
+	emk, err := limiterMaker(g.limiters, rc, EnvoyKeySpace)
+	if err != nil {
+		return nil, fmt.Errorf("rate_limit %q: %w", rc.Name, err)
+	}
+	ep, err := ratelimit.NewPartitioned(ratelimit.PartitionedOptions{New: emk, IdleTimeout: rc.IdleTimeout})
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("rate_limit %q: %w", rc.Name, err)
+	}
+	n.prim = &partitionedLimit{Partitioned: p, envoy: ep, policy: probe.Policy()}
 	h.metrics.ratelimit.declare(rc.Name)
 	return n, nil
 }
@@ -188,8 +204,8 @@ func (g *generation) newRateLimit(h *Host, rc *config.RateLimit) (*namedRateLimi
 // limiterMaker returns the function that makes the limiter of a key (the
 // name, or name "/" partition key) of the rate_limit block rc. The
 // algorithm leads the key, so a reload that changes it never reads the
-// other algorithm's state.
-func limiterMaker(ls *ratelimit.Limiters, rc *config.RateLimit) (func(string) (*ratelimit.Limiter, error), error) {
+// other algorithm's state; space ("" or EnvoyKeySpace) comes before it.
+func limiterMaker(ls *ratelimit.Limiters, rc *config.RateLimit, space string) (func(string) (*ratelimit.Limiter, error), error) {
 	var order ratelimit.QueueOrder
 	switch rc.QueueOrder {
 	case config.OldestFirst, "":
@@ -199,7 +215,7 @@ func limiterMaker(ls *ratelimit.Limiters, rc *config.RateLimit) (func(string) (*
 	default:
 		return nil, fmt.Errorf("%w: queue order %q", primitives.ErrInvalidOptions, rc.QueueOrder)
 	}
-	algo := string(rc.Algorithm) + ":"
+	algo := space + string(rc.Algorithm) + ":"
 	switch rc.Algorithm {
 	case config.FixedWindow:
 		o := ratelimit.FixedWindowOptions{Limit: rc.Limit, Window: rc.Window, QueueLimit: rc.QueueLimit, QueueOrder: order}

@@ -187,7 +187,7 @@ func TestRateLimitConfigAcceptsWhatRatelimitAccepts(t *testing.T) {
 			continue
 		}
 		accepted++
-		mk, err := limiterMaker(ls, cfg.RateLimit("r"))
+		mk, err := limiterMaker(ls, cfg.RateLimit("r"), "")
 		if err != nil {
 			t.Fatalf("%v for\n%s", err, src)
 		}

@@ -143,7 +143,13 @@ func runServe(ctx context.Context, args []string, e *env) int {
 		// must still be said.
 		e.logf("dev mode: %s has no redis block; started a private redis-server on unix socket %s", sa.file, dev)
 	}
+	// HTTP/1.1 and HTTP/2 cleartext (h2c) on one port: gRPC clients of the
+	// Envoy rate-limit service need HTTP/2, curl and probes may use 1.1.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
+		Protocols:         protocols,
 		Handler:           h.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
