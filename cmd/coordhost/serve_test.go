@@ -16,6 +16,9 @@ import (
 
 	"github.com/coordhost/coordhost/host/devredis"
 	"github.com/coordhost/coordhost/internal/xtest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // httpGet fetches url without keeping the connection (goleak) and returns
@@ -52,6 +55,23 @@ func wantGet(t *testing.T, url string, code int, want ...string) string {
 	return body
 }
 
+// wantHealthy checks that addr answers grpc.health.v1 Check with SERVING
+// over HTTP/2 cleartext, with grpc-go's own client.
+func wantHealthy(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("grpc health check on %s: %v, %v", addr, resp, err)
+	}
+}
+
 // redisBlock points a configuration at a test server's socket.
 func redisBlock(sock string) string {
 	return "redis {\n  addresses = [\"" + sock + "\"]\n}\n"
@@ -81,6 +101,8 @@ func TestServe(t *testing.T) {
 	wantGet(t, base+"/readyz", 200, "ok")
 	wantGet(t, base+"/metrics", 200, "# TYPE coordhost_config_generation gauge\ncoordhost_config_generation 1\n")
 	wantGet(t, base+"/nope", 404)
+	// gRPC on the same port (HTTP/2 cleartext): the health service.
+	wantHealthy(t, m[1])
 
 	// A good reload: one more lock.
 	if err := os.WriteFile(path, []byte(redisBlock(d.Socket())+goodConfig+"lock \"more\" {\n  ttl = \"1s\"\n}\n"), 0o644); err != nil {
