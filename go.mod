@@ -3,6 +3,7 @@ module github.com/coordhost/coordhost
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/go-hclog v1.6.3
