@@ -873,12 +873,12 @@ const file_coordhost_v1_admin_proto_rawDesc = "" +
 	"\x15PRIMITIVE_KIND_RWLOCK\x10\x04\x12\x1c\n" +
 	"\x18PRIMITIVE_KIND_SEMAPHORE\x10\x05\x12\x18\n" +
 	"\x14PRIMITIVE_KIND_LATCH\x10\x06\x12\x1d\n" +
-	"\x19PRIMITIVE_KIND_RATE_LIMIT\x10\a2\xd2\x02\n" +
+	"\x19PRIMITIVE_KIND_RATE_LIMIT\x10\a2\xe1\x02\n" +
 	"\fAdminService\x12C\n" +
-	"\x06Reload\x12\x1b.coordhost.v1.ReloadRequest\x1a\x1c.coordhost.v1.ReloadResponse\x12I\n" +
-	"\bValidate\x12\x1d.coordhost.v1.ValidateRequest\x1a\x1e.coordhost.v1.ValidateResponse\x12[\n" +
-	"\x0eListPrimitives\x12#.coordhost.v1.ListPrimitivesRequest\x1a$.coordhost.v1.ListPrimitivesResponse\x12U\n" +
-	"\fListPolicies\x12!.coordhost.v1.ListPoliciesRequest\x1a\".coordhost.v1.ListPoliciesResponseB=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
+	"\x06Reload\x12\x1b.coordhost.v1.ReloadRequest\x1a\x1c.coordhost.v1.ReloadResponse\x12N\n" +
+	"\bValidate\x12\x1d.coordhost.v1.ValidateRequest\x1a\x1e.coordhost.v1.ValidateResponse\"\x03\x90\x02\x01\x12`\n" +
+	"\x0eListPrimitives\x12#.coordhost.v1.ListPrimitivesRequest\x1a$.coordhost.v1.ListPrimitivesResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\fListPolicies\x12!.coordhost.v1.ListPoliciesRequest\x1a\".coordhost.v1.ListPoliciesResponse\"\x03\x90\x02\x01B=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
 
 var (
 	file_coordhost_v1_admin_proto_rawDescOnce sync.Once

@@ -978,13 +978,13 @@ const file_coordhost_v1_latch_proto_rawDesc = "" +
 	"\x11WaitLatchResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x1c\n" +
-	"\tcompleted\x18\x03 \x01(\bR\tcompleted2\xb0\x04\n" +
+	"\tcompleted\x18\x03 \x01(\bR\tcompleted2\xba\x04\n" +
 	"\fLatchService\x12M\n" +
-	"\x06Create\x12 .coordhost.v1.CreateLatchRequest\x1a!.coordhost.v1.CreateLatchResponse\x12G\n" +
-	"\x04Join\x12\x1e.coordhost.v1.JoinLatchRequest\x1a\x1f.coordhost.v1.JoinLatchResponse\x12V\n" +
+	"\x06Create\x12 .coordhost.v1.CreateLatchRequest\x1a!.coordhost.v1.CreateLatchResponse\x12L\n" +
+	"\x04Join\x12\x1e.coordhost.v1.JoinLatchRequest\x1a\x1f.coordhost.v1.JoinLatchResponse\"\x03\x90\x02\x01\x12V\n" +
 	"\tCountDown\x12#.coordhost.v1.CountDownLatchRequest\x1a$.coordhost.v1.CountDownLatchResponse\x12J\n" +
-	"\x05Reset\x12\x1f.coordhost.v1.ResetLatchRequest\x1a .coordhost.v1.ResetLatchResponse\x12J\n" +
-	"\x05Count\x12\x1f.coordhost.v1.CountLatchRequest\x1a .coordhost.v1.CountLatchResponse\x12M\n" +
+	"\x05Reset\x12\x1f.coordhost.v1.ResetLatchRequest\x1a .coordhost.v1.ResetLatchResponse\x12O\n" +
+	"\x05Count\x12\x1f.coordhost.v1.CountLatchRequest\x1a .coordhost.v1.CountLatchResponse\"\x03\x90\x02\x01\x12M\n" +
 	"\x06Delete\x12 .coordhost.v1.DeleteLatchRequest\x1a!.coordhost.v1.DeleteLatchResponse\x12I\n" +
 	"\x04Wait\x12\x1e.coordhost.v1.WaitLatchRequest\x1a\x1f.coordhost.v1.WaitLatchResponse0\x01B=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
 

@@ -619,14 +619,14 @@ const file_coordhost_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"r\n" +
 	"\x12GetSessionResponse\x12/\n" +
 	"\asession\x18\x01 \x01(\v2\x15.coordhost.v1.SessionR\asession\x12+\n" +
-	"\x06grants\x18\x02 \x03(\v2\x13.coordhost.v1.GrantR\x06grants2\xbb\x03\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.coordhost.v1.GrantR\x06grants2\xc0\x03\n" +
 	"\x0eSessionService\x12X\n" +
 	"\rCreateSession\x12\".coordhost.v1.CreateSessionRequest\x1a#.coordhost.v1.CreateSessionResponse\x12P\n" +
 	"\tKeepAlive\x12\x1e.coordhost.v1.KeepAliveRequest\x1a\x1f.coordhost.v1.KeepAliveResponse(\x010\x01\x12U\n" +
 	"\fRenewSession\x12!.coordhost.v1.RenewSessionRequest\x1a\".coordhost.v1.RenewSessionResponse\x12U\n" +
-	"\fCloseSession\x12!.coordhost.v1.CloseSessionRequest\x1a\".coordhost.v1.CloseSessionResponse\x12O\n" +
+	"\fCloseSession\x12!.coordhost.v1.CloseSessionRequest\x1a\".coordhost.v1.CloseSessionResponse\x12T\n" +
 	"\n" +
-	"GetSession\x12\x1f.coordhost.v1.GetSessionRequest\x1a .coordhost.v1.GetSessionResponseB=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
+	"GetSession\x12\x1f.coordhost.v1.GetSessionRequest\x1a .coordhost.v1.GetSessionResponse\"\x03\x90\x02\x01B=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
 
 var (
 	file_coordhost_v1_session_proto_rawDescOnce sync.Once

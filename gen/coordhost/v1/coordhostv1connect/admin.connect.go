@@ -82,18 +82,21 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+AdminServiceValidateProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("Validate")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		listPrimitives: connect.NewClient[v1.ListPrimitivesRequest, v1.ListPrimitivesResponse](
 			httpClient,
 			baseURL+AdminServiceListPrimitivesProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("ListPrimitives")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		listPolicies: connect.NewClient[v1.ListPoliciesRequest, v1.ListPoliciesResponse](
 			httpClient,
 			baseURL+AdminServiceListPoliciesProcedure,
 			connect.WithSchema(adminServiceMethods.ByName("ListPolicies")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 	}
@@ -160,18 +163,21 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		AdminServiceValidateProcedure,
 		svc.Validate,
 		connect.WithSchema(adminServiceMethods.ByName("Validate")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceListPrimitivesHandler := connect.NewUnaryHandler(
 		AdminServiceListPrimitivesProcedure,
 		svc.ListPrimitives,
 		connect.WithSchema(adminServiceMethods.ByName("ListPrimitives")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	adminServiceListPoliciesHandler := connect.NewUnaryHandler(
 		AdminServiceListPoliciesProcedure,
 		svc.ListPolicies,
 		connect.WithSchema(adminServiceMethods.ByName("ListPolicies")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	return "/coordhost.v1.AdminService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

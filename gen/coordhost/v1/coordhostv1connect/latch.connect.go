@@ -97,6 +97,7 @@ func NewLatchServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+LatchServiceJoinProcedure,
 			connect.WithSchema(latchServiceMethods.ByName("Join")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		countDown: connect.NewClient[v1.CountDownLatchRequest, v1.CountDownLatchResponse](
@@ -115,6 +116,7 @@ func NewLatchServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+LatchServiceCountProcedure,
 			connect.WithSchema(latchServiceMethods.ByName("Count")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
 		delete: connect.NewClient[v1.DeleteLatchRequest, v1.DeleteLatchResponse](
@@ -222,6 +224,7 @@ func NewLatchServiceHandler(svc LatchServiceHandler, opts ...connect.HandlerOpti
 		LatchServiceJoinProcedure,
 		svc.Join,
 		connect.WithSchema(latchServiceMethods.ByName("Join")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	latchServiceCountDownHandler := connect.NewUnaryHandler(
@@ -240,6 +243,7 @@ func NewLatchServiceHandler(svc LatchServiceHandler, opts ...connect.HandlerOpti
 		LatchServiceCountProcedure,
 		svc.Count,
 		connect.WithSchema(latchServiceMethods.ByName("Count")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
 	latchServiceDeleteHandler := connect.NewUnaryHandler(
