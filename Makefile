@@ -43,12 +43,15 @@ depcheck:
 	$(GO) run ./internal/depcheck
 
 # wasm rebuilds the example WASM policies reproducibly (the built .wasm files
-# are committed); proto regenerates the plugin protocol stubs (committed).
+# are committed); proto regenerates the plugin protocol stubs and the
+# coordhost.v1 network API (proto/ -> gen/, with buf and the generators pinned
+# in tools/), all committed.
 wasm:
 	bash scripts/build-wasm.sh
 
 proto:
 	bash scripts/gen-proto.sh
+	bash scripts/gen-api.sh
 
 plugin-example:
 	$(GO) build -trimpath -o bin/coordhost-example-plugin ./plugins/examples/plugin

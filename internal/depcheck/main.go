@@ -91,11 +91,16 @@ func rows() []row {
 		{Pkg: "plugins/sdk/...", Imports: []string{"policies"}, External: []string{AnyPkg}},
 		{Pkg: "plugins/examples/...", Imports: []string{"plugins/sdk/..."}, External: []string{AnyPkg}},
 		{Pkg: "config/...", Imports: []string{"policies"}, External: []string{AnyPkg}},
+		// The generated coordhost.v1 API code (make proto): messages and
+		// connect-go stubs, importing protobuf and connect alone.
+		{Pkg: "gen/...", External: []string{"google.golang.org/protobuf/...", "connectrpc.com/connect/..."},
+			Why: "gen: generated API code, protobuf and connect only"},
 		{Pkg: "host/...", Imports: []string{AnyPkg}, External: []string{AnyPkg}},
 		// DESIGN.md §1 gives cmd/coordhost host and config only; until host
 		// exists (the policies issue) the CLI drives primitives/lock itself.
 		// Drop "primitives/..." from this row when host lands.
-		{Pkg: "cmd/coordhost/...", Imports: []string{"host/...", "config/...", "primitives", "primitives/lock"}, External: []string{AnyPkg},
+		// gen/...: the CLI's client mode (issue 11) calls the daemon's API.
+		{Pkg: "cmd/coordhost/...", Imports: []string{"host/...", "config/...", "gen/...", "primitives", "primitives/lock"}, External: []string{AnyPkg},
 			Why: "cmd/coordhost: host and config (primitives/lock until host exists)"},
 		{Pkg: "internal/depcheck", Why: "depcheck: standard library only"},
 		{Pkg: "scripts", Why: "scripts: tests of the repository's shell scripts and README (test files only)"},
@@ -106,6 +111,8 @@ func restrictions() []restriction {
 	return []restriction{
 		{Target: "host/...", Importers: []string{"cmd/coordhost/...", "host/..."},
 			Why: "nothing imports host except cmd/coordhost"},
+		{Target: "gen/...", Importers: []string{"gen/...", "host/...", "cmd/coordhost/..."},
+			Why: "the generated API code belongs to the network layer: host and the CLI only (never primitives, policies or config)"},
 		{Target: testHelper, Importers: []string{testHelper},
 			Why: "production code never imports test helpers such as internal/redistest"},
 	}

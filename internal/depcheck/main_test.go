@@ -142,6 +142,22 @@ func TestCheck(t *testing.T) {
 			"cmd/coordhost imports primitives/internal/wait/waittest: production code never imports test helpers",
 			"primitives/lock imports internal/redistest: production code never imports test helpers",
 		}},
+		{"generated API code", map[string][]string{
+			"gen/coordhost/v1":                    {"google.golang.org/protobuf/reflect/protoreflect"},
+			"gen/coordhost/v1/coordhostv1connect": {"gen/coordhost/v1", "connectrpc.com/connect"},
+			"host/api":                            {"gen/coordhost/v1/coordhostv1connect"},
+			"cmd/coordhost":                       {"gen/coordhost/v1"},
+		}, nil},
+		{"generated API code misused", map[string][]string{
+			"gen/coordhost/v1": {"github.com/redis/rueidis", "primitives"},
+			"primitives/lock":  {"gen/coordhost/v1"},
+			"config":           {"gen/coordhost/v1"},
+		}, []string{
+			"gen/coordhost/v1 depends on github.com/redis/rueidis",
+			"gen/coordhost/v1 imports primitives",
+			"primitives/lock imports gen/coordhost/v1",
+			"config imports gen/coordhost/v1",
+		}},
 		{"list errors", map[string][]string{"primitives/lock": {"strings"}}, []string{"primitives/lock: boom"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
