@@ -587,3 +587,20 @@ func TestRLSHostileReloadDuringRequests(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// FINDING 5: after Shutdown, a matched descriptor fails in rlsPlan
+// (h.RateLimit returns ErrClosed) and is reported as InvalidArgument,
+// counted "invalid"; a closing server is Unavailable, not the client's
+// fault.
+func TestRLSHostileClosedHost(t *testing.T) {
+	finding(t, "FINDING 5: a closed Host answers InvalidArgument instead of Unavailable")
+	r := startRLSRig(t)
+	ctx := testCtx(t)
+	if err := r.h.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.c.ShouldRateLimit(ctx, rlsReq("edge", desc("remote_address", "1")))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("closed host: %v, want Unavailable", err)
+	}
+}
