@@ -43,6 +43,10 @@ const (
 // request's value at that position beats one without a value, and a block
 // that loses at some position is never chosen, even when the more specific
 // one fails later (then nothing matches, as in envoyproxy/ratelimit).
+// One difference: only blocks with exactly as many entries as the
+// request's descriptor take part, so a shorter block that is a prefix of
+// the request (key1 = "x") does not shadow a longer one (key1, key2), as
+// its tree node would in envoyproxy/ratelimit.
 //
 // Left out from envoyproxy/ratelimit's configuration: value wildcards
 // ("foo*"), shadow_mode, unlimited, replaces, detailed_metric and per-
@@ -212,8 +216,10 @@ func (d *decoder) envoyEntries(a *hcl.Attribute) ([]EnvoyEntry, bool) {
 			}
 			if k == "key" {
 				e.Key, hasKey = fv.AsString(), true
-			} else {
-				e.Value = fv.AsString()
+			} else if e.Value = fv.AsString(); e.Value == "" {
+				// "" would silently mean any value (the same as no value).
+				d.errorAt(a, "Invalid entries", "Entry %d has an empty value: leave value out to match any value.", i)
+				return nil, false
 			}
 		}
 		if !hasKey || e.Key == "" {

@@ -115,6 +115,10 @@ func (h *Host) shouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.R
 		label = dom.Domain
 	}
 	plan, unknown, err := h.rlsPlan(m, dom)
+	if errors.Is(err, errRLSUnavailable) {
+		h.metrics.rls.decisions.WithLabelValues(label, "error").Inc()
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
 	if err != nil {
 		h.metrics.rls.decisions.WithLabelValues(label, "invalid").Inc()
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
@@ -147,6 +151,10 @@ func (h *Host) shouldRateLimit(ctx context.Context, req *connect.Request[rlsv3.R
 	return connect.NewResponse(resp), nil
 }
 
+// errRLSUnavailable marks a plan that failed for the host's sake (it is
+// closed), not the request's.
+var errRLSUnavailable = errors.New("the rate-limit service is shutting down")
+
 // rlsPlan validates m and matches its descriptors against dom (nil: the
 // domain is not configured, every descriptor is unknown). It returns the
 // plan and how many descriptors are unknown.
@@ -169,14 +177,17 @@ func (h *Host) rlsPlan(m *rlsv3.RateLimitRequest, dom *config.EnvoyRateLimit) ([
 			return nil, 0, err
 		}
 		hits := int64(m.GetHitsAddend())
+		if hits == 0 {
+			hits = 1 // as Envoy and envoyproxy/ratelimit read an absent hits_addend
+		}
 		if v := d.GetHitsAddend(); v != nil {
 			if v.GetValue() > config.MaxRateLimit {
 				return nil, 0, fmt.Errorf("descriptors[%d].hits_addend: %d, at most %d", i, v.GetValue(), int64(config.MaxRateLimit))
 			}
+			// Set on the descriptor, it wins; an explicit 0 checks the
+			// limit without counting (a peek), as envoyproxy/ratelimit
+			// reads it.
 			hits = int64(v.GetValue())
-		}
-		if hits == 0 {
-			hits = 1 // as Envoy and envoyproxy/ratelimit read an absent hits_addend
 		}
 		if d.GetIsNegativeHits() {
 			return nil, 0, fmt.Errorf("descriptors[%d].is_negative_hits: not supported (permits are never given back)", i)
@@ -190,13 +201,14 @@ func (h *Host) rlsPlan(m *rlsv3.RateLimitRequest, dom *config.EnvoyRateLimit) ([
 			continue
 		}
 		key := rlsPartitionKey(dom.Domain, keys, values)
-		if len(key) > ratelimit.MaxPartitionKey {
-			return nil, 0, fmt.Errorf("descriptors[%d].entries: partition key of %d bytes, at most %d", i, len(key), ratelimit.MaxPartitionKey)
+		// The limiter's partition is the rate limit's name, "/" and key.
+		if n := len(match.RateLimit) + 1 + len(key); n > ratelimit.MaxPartitionKey {
+			return nil, 0, fmt.Errorf("descriptors[%d].entries: partition key of %d bytes (with rate_limit %q), at most %d", i, n, match.RateLimit, ratelimit.MaxPartitionKey)
 		}
 		rl, err := h.RateLimit(match.RateLimit)
 		if err != nil {
 			// config checked the name; only a closed Host gets here.
-			return nil, 0, fmt.Errorf("descriptors[%d]: %w", i, err)
+			return nil, 0, fmt.Errorf("%w: descriptors[%d]: %w", errRLSUnavailable, i, err)
 		}
 		plan[i] = rlsDecision{rl: rl, key: key, hits: hits}
 	}

@@ -1,8 +1,7 @@
 package host_test
 
-// Hostile tests of the Envoy rate-limit service (host/rls.go). Attacks
-// that the service survives run; those that found a bug are skipped with
-// "FINDING n" so the branch stays green until the fix lands.
+// Hostile tests of the Envoy rate-limit service (host/rls.go); the bugs
+// they found (FINDING n below) are fixed.
 
 import (
 	"bytes"
@@ -132,15 +131,6 @@ func rlsReq(domain string, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimit
 func withHits(d *rlcommon.RateLimitDescriptor, n uint64) *rlcommon.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)
 	return d
-}
-
-// finding skips a test that shows an open finding, unless
-// COORDHOST_FINDINGS is set (to see it fail, or check a fix).
-func finding(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("COORDHOST_FINDINGS") == "" {
-		t.Skip(msg)
-	}
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -502,7 +492,6 @@ func TestRLSHostileHitsAboveLimit(t *testing.T) {
 // instead of InvalidArgument, and the descriptors before it have already
 // consumed permits.
 func TestRLSHostilePartitionKeyBoundary(t *testing.T) {
-	finding(t, "FINDING 1: partition key bound checked without the rate limit's name: Unavailable and a partial write instead of InvalidArgument")
 	r := startRLSRig(t)
 	ctx := testCtx(t)
 	// "edge/remote_address=" is 20 bytes: the key is exactly 1024.
@@ -521,7 +510,6 @@ func TestRLSHostilePartitionKeyBoundary(t *testing.T) {
 // envoyproxy/ratelimit (utils.GetHitsAddends) keeps an explicit 0, which
 // checks a limit without counting a hit. coordhost consumes a permit.
 func TestRLSHostileDescriptorHitsZero(t *testing.T) {
-	finding(t, "FINDING 2: descriptor hits_addend 0 (set) consumes 1 permit; envoyproxy/ratelimit counts 0")
 	r := startRLSRig(t)
 	ctx := testCtx(t)
 	for i := 0; i < 3; i++ {
@@ -593,7 +581,6 @@ func TestRLSHostileReloadDuringRequests(t *testing.T) {
 // counted "invalid"; a closing server is Unavailable, not the client's
 // fault.
 func TestRLSHostileClosedHost(t *testing.T) {
-	finding(t, "FINDING 5: a closed Host answers InvalidArgument instead of Unavailable")
 	r := startRLSRig(t)
 	ctx := testCtx(t)
 	if err := r.h.Shutdown(ctx); err != nil {
