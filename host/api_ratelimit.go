@@ -163,7 +163,9 @@ func (s rateLimitService) Check(ctx context.Context, req *connect.Request[coordh
 func rateLimitError(ctx context.Context, name string, err error) error {
 	switch {
 	case errors.Is(err, ErrNoRateLimit):
-		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", name, err)
+		// Without the configuration's path: clients need not know it.
+		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", name,
+			fmt.Errorf("no rate_limit %q is configured", name))
 	case errors.Is(err, policies.ErrPartition), errors.Is(err, primitives.ErrInvalidKey):
 		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "attributes", name, fmt.Errorf("attributes: %w", err))
 	case errors.Is(err, ratelimit.ErrInvalidPermits):
