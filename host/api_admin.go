@@ -178,9 +178,7 @@ func ttl(d time.Duration) *durationpb.Duration {
 
 // ListPolicies serves AdminService.ListPolicies: the policies of the
 // configuration in use, sorted by role, then name, each with the
-// primitives that use it ("kind.name", sorted). healthy is true for every
-// policy: the daemon does not yet record plugin health checks here (a
-// plugin that fails them is restarted, and its calls fall back meanwhile).
+// primitives that use it ("kind.name", sorted).
 func (s adminService) ListPolicies(ctx context.Context, _ *connect.Request[coordhostv1.ListPoliciesRequest]) (*connect.Response[coordhostv1.ListPoliciesResponse], error) {
 	g := s.h.gen.Load()
 	gen := s.h.Generation()
@@ -216,7 +214,7 @@ func (s adminService) ListPolicies(ctx context.Context, _ *connect.Request[coord
 	for _, p := range cfg.Policies {
 		u := users[string(p.Kind)+"."+p.Name]
 		slices.Sort(u)
-		ps = append(ps, &coordhostv1.Policy{Role: string(p.Kind), Name: p.Name, Driver: string(p.Driver), Healthy: true, UsedBy: u})
+		ps = append(ps, &coordhostv1.Policy{Role: string(p.Kind), Name: p.Name, Driver: string(p.Driver), UsedBy: u})
 	}
 	slices.SortFunc(ps, func(a, b *coordhostv1.Policy) int {
 		return cmp.Or(cmp.Compare(a.Role, b.Role), cmp.Compare(a.Name, b.Name))

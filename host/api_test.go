@@ -259,7 +259,7 @@ semaphore "pool" {
 		t.Fatal(err)
 	}
 	if len(pl.Msg.Policies) != 2 || pl.Msg.Policies[0].Name != "raw" || pl.Msg.Policies[1].Name != "tenant" ||
-		pl.Msg.Policies[1].Role != "partition" || pl.Msg.Policies[1].Driver != "builtin" || !pl.Msg.Policies[1].Healthy ||
+		pl.Msg.Policies[1].Role != "partition" || pl.Msg.Policies[1].Driver != "builtin" ||
 		strings.Join(pl.Msg.Policies[1].UsedBy, ",") != "lock.b,rate_limit.api" || strings.Join(pl.Msg.Policies[0].UsedBy, ",") != "rate_limit.burst" {
 		t.Fatalf("ListPolicies: %v", pl.Msg.Policies)
 	}

@@ -640,9 +640,6 @@ type Policy struct {
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// "builtin", "wasm" or "plugin".
 	Driver string `protobuf:"bytes,3,opt,name=driver,proto3" json:"driver,omitempty"`
-	// For plugins: whether the last health check passed. Always true for the
-	// other drivers, which run in the daemon.
-	Healthy bool `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
 	// The primitives that use it, as "kind.name" ("lock.invoice").
 	UsedBy        []string `protobuf:"bytes,5,rep,name=used_by,json=usedBy,proto3" json:"used_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -698,13 +695,6 @@ func (x *Policy) GetDriver() string {
 		return x.Driver
 	}
 	return ""
-}
-
-func (x *Policy) GetHealthy() bool {
-	if x != nil {
-		return x.Healthy
-	}
-	return false
 }
 
 func (x *Policy) GetUsedBy() []string {
@@ -848,13 +838,12 @@ const file_coordhost_v1_admin_proto_rawDesc = "" +
 	"primitives\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x03R\n" +
-	"generation\"{\n" +
+	"generation\"p\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06driver\x18\x03 \x01(\tR\x06driver\x12\x18\n" +
-	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x17\n" +
-	"\aused_by\x18\x05 \x03(\tR\x06usedBy\"\x15\n" +
+	"\x06driver\x18\x03 \x01(\tR\x06driver\x12\x17\n" +
+	"\aused_by\x18\x05 \x03(\tR\x06usedByJ\x04\b\x04\x10\x05R\ahealthy\"\x15\n" +
 	"\x13ListPoliciesRequest\"h\n" +
 	"\x14ListPoliciesResponse\x120\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x14.coordhost.v1.PolicyR\bpolicies\x12\x1e\n" +
