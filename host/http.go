@@ -13,8 +13,8 @@ const readyTimeout = 2 * time.Second
 
 // Handler serves /livez (the process runs), /readyz (Redis answers and the
 // policies are loaded), /metrics (Prometheus text format), Envoy's
-// rate-limit service (RLSProcedure), coordhost.v1's RateLimitService and
-// AdminService (all over gRPC, gRPC-Web and Connect) and grpc.health.v1. gRPC needs HTTP/2: serve it with h2c (see H2C) or TLS.
+// rate-limit service (RLSProcedure), coordhost.v1's RateLimitService,
+// AdminService and SessionService (all over gRPC, gRPC-Web and Connect) and grpc.health.v1. gRPC needs HTTP/2: serve it with h2c (see H2C) or TLS.
 func (h *Host) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {

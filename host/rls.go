@@ -77,16 +77,17 @@ func (h *Host) rlsHandlers() map[string]http.Handler {
 }
 
 // apiHandlers returns the coordhost.v1 services served so far
-// (RateLimitService and AdminService), by path prefix.
+// (RateLimitService, AdminService and SessionService), by path prefix.
 func (h *Host) apiHandlers() map[string]http.Handler {
 	opt := connect.WithReadMaxBytes(MaxAPIRequestBytes)
 	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt)
 	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt)
-	return map[string]http.Handler{rp: rh, ap: ah}
+	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt)
+	return map[string]http.Handler{rp: rh, ap: ah, sp: sh}
 }
 
 // healthServices are the services grpc.health.v1 answers for, besides "".
-var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName}
+var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName, coordhostv1connect.SessionServiceName}
 
 // healthChecker answers grpc.health.v1 from Host.Ready.
 type healthChecker struct{ h *Host }
