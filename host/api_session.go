@@ -40,9 +40,11 @@ const (
 )
 
 // The session scripts answer {ttl ms, release_on_disconnect, server TIME
-// seconds, TIME microseconds, remaining ms}, or nil when the session is
-// gone. TIME runs inside the script so the expiry is on Redis's clock, the
-// one that expires the key, whichever daemon asks.
+// seconds, TIME microseconds, PTTL}, or nil when the session is gone. TIME
+// runs inside the script so the expiry is on Redis's clock, the one that
+// expires the key, whichever daemon asks; it is taken to the millisecond,
+// as Redis keeps expiries, so reads of one expiry agree (to within the
+// millisecond TIME and the key's clock may straddle).
 var (
 	// sessionCreate never overwrites: a 128-bit random id that exists is
 	// a broken random source, not a session to reset.
@@ -51,7 +53,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return false end
 redis.call('HSET', KEYS[1], 'ttl', ARGV[1], 'rod', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 local t = redis.call('TIME')
-return {ARGV[1], ARGV[2], t[1], t[2], ARGV[1]}`)
+return {ARGV[1], ARGV[2], t[1], t[2], redis.call('PTTL', KEYS[1])}`)
 	// sessionRenew renews only a session that exists: a closed or expired
 	// one is not resurrected.
 	sessionRenew = rueidis.NewLuaScript(`
@@ -59,7 +61,7 @@ local v = redis.call('HMGET', KEYS[1], 'ttl', 'rod')
 if not v[1] then return false end
 redis.call('PEXPIRE', KEYS[1], v[1])
 local t = redis.call('TIME')
-return {v[1], v[2], t[1], t[2], v[1]}`)
+return {v[1], v[2], t[1], t[2], redis.call('PTTL', KEYS[1])}`)
 	sessionGet = rueidis.NewLuaScript(`
 local v = redis.call('HMGET', KEYS[1], 'ttl', 'rod')
 if not v[1] then return false end
@@ -140,7 +142,7 @@ func (s sessionService) run(ctx context.Context, sc *rueidis.Lua, id string, arg
 		}
 	}
 	ttl := time.Duration(n[0]) * time.Millisecond
-	now := time.Unix(n[2], n[3]*int64(time.Microsecond))
+	now := time.Unix(n[2], n[3]*int64(time.Microsecond)).Truncate(time.Millisecond)
 	return &coordhostv1.Session{
 		SessionId:           id,
 		Ttl:                 durationpb.New(ttl),
