@@ -271,7 +271,7 @@ func (s sessionService) KeepAlive(ctx context.Context, st *connect.BidiStream[co
 	var rod bool // the session's release_on_disconnect, once renewed
 	release := true
 	defer func() {
-		if !rod || !release || s.h.life.Err() != nil {
+		if !rod || !release || s.h.life.Err() != nil || s.h.draining.Load() {
 			return
 		}
 		// The call's context is over: the close outlives it, bounded.

@@ -331,6 +331,21 @@ func TestAPISessionKeepAlive(t *testing.T) {
 		}
 	})
 
+	t.Run("drain", func(t *testing.T) {
+		// Subtests run in order: this one last but for those below,
+		// which do not depend on release_on_disconnect.
+		sess := create(true)
+		st := c.KeepAlive(ctx)
+		keep(st, sess, 1)
+		h.Drain() // the daemon is stopping: a stream ending now is not the client leaving
+		if err := end(st); err != nil {
+			t.Fatalf("stream end while draining: %v", err)
+		}
+		if err := get(sess.GetSessionId()); err != nil {
+			t.Fatalf("a draining daemon ended a release_on_disconnect session: %v", err)
+		}
+	})
+
 	t.Run("gone while open", func(t *testing.T) {
 		sess := create(false)
 		st := c.KeepAlive(ctx)

@@ -67,6 +67,7 @@ type Host struct {
 	gen      atomic.Pointer[generation]
 	genNo    atomic.Int64
 	closed   atomic.Bool
+	draining atomic.Bool // Drain: the server in front stops; streams ending now are not client disconnects
 	drains   sync.WaitGroup
 	nodes    nodeClients // redlock node clients, shared by generations (redlock.go)
 }
@@ -195,3 +196,10 @@ func (h *Host) Close() error {
 	}
 	return err
 }
+
+// Drain tells the Host that the server in front of it is stopping: from
+// now on, a stream that ends is the server's doing, not its client's, so
+// it ends no session (release_on_disconnect applies to clients that go
+// away, not to a daemon that restarts). Call it before shutting the
+// server down; Shutdown implies it. Safe for concurrent use.
+func (h *Host) Drain() { h.draining.Store(true) }

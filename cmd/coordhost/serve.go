@@ -222,6 +222,9 @@ func shutdown(ctx context.Context, srv *http.Server, served <-chan error, h *hos
 	defer func() { close(done); wg.Wait() }()
 
 	ok := true
+	// Streams the server's shutdown cuts are not clients going away: no
+	// session ends with them.
+	h.Drain()
 	hctx, hcancel := context.WithTimeout(force, shutdownTimeout)
 	if err := srv.Shutdown(hctx); err != nil {
 		log.Warn("HTTP requests still running; closing their connections", "err", err)
