@@ -231,13 +231,22 @@ func (l *Limiter) checkCall(ctx context.Context, n int64) (never bool, err error
 	if !l.usable() {
 		return false, fmt.Errorf("%w: ratelimit: nil or zero Limiter (use a Limiters method)", primitives.ErrInvalidOptions)
 	}
-	if ctx == nil {
-		return false, fmt.Errorf("%w: ratelimit: nil context", primitives.ErrInvalidOptions)
-	}
-	if n < 0 {
-		return false, fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+	if err := checkArgs(ctx, n); err != nil {
+		return false, err
 	}
 	return n > l.policy.Limit, nil
+}
+
+// checkArgs checks the arguments every decision takes: a context and a
+// permit count that is not negative.
+func checkArgs(ctx context.Context, n int64) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: ratelimit: nil context", primitives.ErrInvalidOptions)
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+	}
+	return nil
 }
 
 // never is the result for more permits than the limit: refused without

@@ -115,11 +115,8 @@ func (p *Partitioned) begin(ctx context.Context, partition string, n int64) (*Li
 		return nil, false, fmt.Errorf("%w: ratelimit: nil or zero Partitioned (use NewPartitioned)", primitives.ErrInvalidOptions)
 	}
 	// Bad arguments fail before a partition is made or one is evicted.
-	if ctx == nil {
-		return nil, false, fmt.Errorf("%w: ratelimit: nil context", primitives.ErrInvalidOptions)
-	}
-	if n < 0 {
-		return nil, false, fmt.Errorf("%w: %d", ErrInvalidPermits, n)
+	if err := checkArgs(ctx, n); err != nil {
+		return nil, false, err
 	}
 	if len(partition) > MaxPartitionKey {
 		return nil, false, fmt.Errorf("%w: ratelimit: partition key of %d bytes is longer than MaxPartitionKey (%d)", primitives.ErrInvalidKey, len(partition), MaxPartitionKey)

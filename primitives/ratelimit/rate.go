@@ -54,7 +54,7 @@ func (l *Limiter) WaitN(ctx context.Context, n int64) error {
 		if res.Acquired {
 			return nil
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < res.RetryAfter {
+		if pastDeadline(ctx, time.Now().Add(res.RetryAfter)) {
 			err := fmt.Errorf("%w: %q has %d permits back in %v", ErrWouldExceedDeadline, l.key, n, res.RetryAfter)
 			if l.queueLimit > 0 && l.Statistics().Queued+max(n, 1) > l.queueLimit {
 				err = fmt.Errorf("%w: %w", ErrQueueFull, err)
