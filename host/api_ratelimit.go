@@ -43,6 +43,21 @@ func apiError(code connect.Code, reason coordhostv1.Reason, field, name string, 
 	return ce
 }
 
+// ctxCode is the status of an error that ended a call whose own ctx is
+// over: DeadlineExceeded or Canceled; false when the error is another
+// one (a Redis or dial timeout while ctx still runs is not the caller's).
+func ctxCode(ctx context.Context, err error) (connect.Code, bool) {
+	switch {
+	case ctx.Err() == nil:
+		return 0, false
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded, true
+	case errors.Is(err, context.Canceled):
+		return connect.CodeCanceled, true
+	}
+	return 0, false
+}
+
 // invalidField is InvalidArgument naming field; the message leads with it.
 func invalidField(field, name, format string, args ...any) *connect.Error {
 	return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, field, name,
@@ -170,11 +185,11 @@ func rateLimitError(ctx context.Context, name string, err error) error {
 		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "attributes", name, fmt.Errorf("attributes: %w", err))
 	case errors.Is(err, ratelimit.ErrInvalidPermits):
 		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "cost", name, fmt.Errorf("cost: %w", err))
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return apiError(connect.CodeDeadlineExceeded, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return apiError(connect.CodeCanceled, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)
-	case errors.Is(err, primitives.ErrWrongType):
+	}
+	if code, ok := ctxCode(ctx, err); ok {
+		return apiError(code, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)
+	}
+	if errors.Is(err, primitives.ErrWrongType) {
 		// Someone else's data sits under the limiter's key: retrying will
 		// not help, and the client cannot fix it.
 		return apiError(connect.CodeFailedPrecondition, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)

@@ -157,10 +157,9 @@ func sessionError(ctx context.Context, id string, err error) error {
 	case rueidis.IsRedisNil(err):
 		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_SESSION_NOT_FOUND, "session_id", "",
 			errors.New("session not found (closed or expired)"))
-	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded):
-		return apiError(connect.CodeDeadlineExceeded, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", err)
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		return apiError(connect.CodeCanceled, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", err)
+	}
+	if code, ok := ctxCode(ctx, err); ok {
+		return apiError(code, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", err)
 	}
 	var re *rueidis.RedisError
 	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE") {

@@ -269,11 +269,8 @@ func rlsPartitionKey(domain string, keys, values []string) string {
 // rlsError maps the error of descriptor i's decision to a status.
 func rlsError(ctx context.Context, i int, err error) error {
 	err = fmt.Errorf("descriptors[%d]: %w", i, err)
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return connect.NewError(connect.CodeCanceled, err)
+	if code, ok := ctxCode(ctx, err); ok {
+		return connect.NewError(code, err)
 	}
 	// Redis (or the limiter) failed: Envoy fails open on errors unless
 	// failure_mode_deny is set, which is the operator's choice to make.
