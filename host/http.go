@@ -2,9 +2,14 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"github.com/coordhost/coordhost/gen/coordhost/v1/coordhostv1connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -14,7 +19,9 @@ const readyTimeout = 2 * time.Second
 // Handler serves /livez (the process runs), /readyz (Redis answers and the
 // policies are loaded), /metrics (Prometheus text format), Envoy's
 // rate-limit service (RLSProcedure), coordhost.v1's RateLimitService,
-// AdminService and SessionService (all over gRPC, gRPC-Web and Connect) and grpc.health.v1. gRPC needs HTTP/2: serve it with h2c (see H2C) or TLS.
+// AdminService and SessionService (all over gRPC, gRPC-Web and Connect)
+// and grpc.health.v1. gRPC needs HTTP/2: serve it with TLS, or cleartext
+// HTTP/2 (http.Protocols with UnencryptedHTTP2, as coordhost serve does).
 func (h *Host) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
@@ -29,12 +36,41 @@ func (h *Host) Handler() http.Handler {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	for p, hd := range h.rlsHandlers() {
-		mux.Handle(p, hd)
-	}
+	mux.Handle(RLSProcedure, h.rlsHandler())
 	for p, hd := range h.apiHandlers() {
 		mux.Handle(p, hd)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg}))
 	return mux
+}
+
+// apiHandlers returns the coordhost.v1 services served so far
+// (RateLimitService, AdminService and SessionService) and the gRPC health
+// service (SERVING while Ready succeeds, for "" and healthServices), by
+// path prefix.
+func (h *Host) apiHandlers() map[string]http.Handler {
+	opt := connect.WithReadMaxBytes(MaxAPIRequestBytes)
+	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt)
+	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt)
+	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt)
+	hp, hh := grpchealth.NewHandler(healthChecker{h})
+	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, hp: hh}
+}
+
+// healthServices are the services grpc.health.v1 answers for, besides "".
+var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName, coordhostv1connect.SessionServiceName}
+
+// healthChecker answers grpc.health.v1 from Host.Ready.
+type healthChecker struct{ h *Host }
+
+func (c healthChecker) Check(ctx context.Context, r *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	if r.Service != "" && !slices.Contains(healthServices, r.Service) {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", r.Service))
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := c.h.Ready(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
 }

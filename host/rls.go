@@ -7,14 +7,11 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpchealth"
 	"github.com/coordhost/coordhost/config"
-	"github.com/coordhost/coordhost/gen/coordhost/v1/coordhostv1connect"
 	"github.com/coordhost/coordhost/primitives/ratelimit"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -67,41 +64,9 @@ func (m *rlsMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.decisions, m.unknown}
 }
 
-// rlsHandlers returns the Envoy rate-limit service and the gRPC health
-// service (SERVING while Ready succeeds, for "" and healthServices), by
-// path prefix.
-func (h *Host) rlsHandlers() map[string]http.Handler {
-	rls := connect.NewUnaryHandler(RLSProcedure, h.shouldRateLimit, connect.WithReadMaxBytes(MaxRLSRequestBytes))
-	hp, hh := grpchealth.NewHandler(healthChecker{h})
-	return map[string]http.Handler{RLSProcedure: rls, hp: hh}
-}
-
-// apiHandlers returns the coordhost.v1 services served so far
-// (RateLimitService, AdminService and SessionService), by path prefix.
-func (h *Host) apiHandlers() map[string]http.Handler {
-	opt := connect.WithReadMaxBytes(MaxAPIRequestBytes)
-	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt)
-	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt)
-	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt)
-	return map[string]http.Handler{rp: rh, ap: ah, sp: sh}
-}
-
-// healthServices are the services grpc.health.v1 answers for, besides "".
-var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName, coordhostv1connect.SessionServiceName}
-
-// healthChecker answers grpc.health.v1 from Host.Ready.
-type healthChecker struct{ h *Host }
-
-func (c healthChecker) Check(ctx context.Context, r *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
-	if r.Service != "" && !slices.Contains(healthServices, r.Service) {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", r.Service))
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	if err := c.h.Ready(ctx); err != nil {
-		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
-	}
-	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+// rlsHandler returns the Envoy rate-limit service's handler.
+func (h *Host) rlsHandler() http.Handler {
+	return connect.NewUnaryHandler(RLSProcedure, h.shouldRateLimit, connect.WithReadMaxBytes(MaxRLSRequestBytes))
 }
 
 // rlsDecision is one descriptor's plan: the rate limit to ask (nil for an
