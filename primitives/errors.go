@@ -2,6 +2,10 @@ package primitives
 
 import "github.com/coordhost/coordhost/primitives/internal/base"
 
+// MaxTokenBytes is the longest ownership token a Resume accepts. Tokens the
+// primitives make are 26 characters (crypto/rand.Text).
+const MaxTokenBytes = base.MaxTokenBytes
+
 // Sentinel errors shared by all primitives. Errors returned by the primitive
 // packages wrap these with details; match them with errors.Is.
 var (
@@ -20,6 +24,11 @@ var (
 	// ErrInvalidTTL means a lease duration is zero, negative, below one
 	// millisecond, or above the primitive's MaxTTL.
 	ErrInvalidTTL = base.ErrInvalidTTL
+
+	// ErrInvalidToken means an ownership token given to a Resume is empty,
+	// longer than MaxTokenBytes, or holds a byte outside printable ASCII.
+	// Nothing was sent.
+	ErrInvalidToken = base.ErrInvalidToken
 
 	// ErrWrongType means the key already holds a value of a type the
 	// primitive does not manage (Redis WRONGTYPE). Nothing was written.

@@ -17,6 +17,7 @@ var (
 	ErrInvalidOptions = errors.New("coordhost: invalid options")
 	ErrInvalidKey     = errors.New("coordhost: invalid key")
 	ErrInvalidTTL     = errors.New("coordhost: invalid ttl")
+	ErrInvalidToken   = errors.New("coordhost: invalid ownership token")
 	ErrWrongType      = errors.New("coordhost: key holds a value of the wrong type")
 	ErrCorruptCounter = errors.New("coordhost: fencing counter is unusable")
 	ErrClosed         = errors.New("coordhost: closed")
@@ -25,6 +26,28 @@ var (
 	ErrUnsupported    = errors.New("coordhost: the server lacks a feature this needs")
 	ErrNoPermission   = errors.New("coordhost: the server refused a command this needs (ACL)")
 )
+
+// MaxTokenBytes is the longest ownership token CheckToken accepts.
+const MaxTokenBytes = 256
+
+// CheckToken checks an ownership token handed back to a primitive (a
+// Resume): 1 to MaxTokenBytes bytes of printable ASCII without spaces, as
+// the primitives make them. It fails with an error matching
+// ErrInvalidToken.
+func CheckToken(token string) error {
+	if token == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidToken)
+	}
+	if len(token) > MaxTokenBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidToken, len(token), MaxTokenBytes)
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: byte %d is %#x, not printable ASCII", ErrInvalidToken, i, c)
+		}
+	}
+	return nil
+}
 
 // Uncertain is an operation whose command may or may not have run: its
 // reply was lost, it timed out, or the caller's context ended after it was

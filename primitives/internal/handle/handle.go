@@ -58,6 +58,16 @@ func (h *Handle[O]) Init(c rueidis.Client, clk clock.Clock, key, token string, o
 	h.state.Init(clk, sent, ttl)
 }
 
+// Resume sets up h for a grant of token at key that an earlier acquire
+// made, possibly in another process, without a round trip: there is no
+// local estimate until a renewal is accepted (State.InitUnknown). Renew,
+// Verify and Release are owner-checked by token on the server as for any
+// handle.
+func (h *Handle[O]) Resume(c rueidis.Client, clk clock.Clock, key, token string, ops O) {
+	h.client, h.key, h.token, h.ops = c, key, token, ops
+	h.state.InitUnknown(clk)
+}
+
 // Observe makes h report to r; call it right after Init, before h is
 // shared.
 func (h *Handle[O]) Observe(r Reporter, granted time.Time) {

@@ -122,3 +122,31 @@ func TestConcurrentRenewalsSerialised(t *testing.T) {
 	}
 	close(release)
 }
+
+func TestUnknownEstimate(t *testing.T) {
+	var s State
+	s.InitUnknown(nil)
+	done := s.Done() // made before any estimate: no timer yet
+	if closed(done) || s.Remaining() != 0 || !s.CanRenew(time.Now()) {
+		t.Fatal("a resumed handle must be open, with no estimate, and renewable")
+	}
+	s.Renewed(time.Now(), 40*time.Millisecond)
+	if r := s.Remaining(); r <= 0 || r > 40*time.Millisecond {
+		t.Fatalf("remaining after the first renewal: %v", r)
+	}
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done made while unknown did not close when the first renewal's estimate ran out")
+	}
+	if s.CanRenew(time.Now()) {
+		t.Fatal("expired handle must refuse renewals")
+	}
+
+	var r State
+	r.InitUnknown(nil)
+	r.Released()
+	if !closed(r.Done()) || r.CanRenew(time.Now()) {
+		t.Fatal("a released resumed handle must be closed")
+	}
+}

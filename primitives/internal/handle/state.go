@@ -29,6 +29,10 @@ type State struct {
 	over     bool // Done is (or, once made, will be) closed: final
 	lost     bool // ownership lost or uncertain: renewals are refused locally
 	released bool // released through this handle
+	// unknown: resumed from a token alone (InitUnknown): there is no
+	// estimate until a renewal is accepted. Remaining is 0, Done stays
+	// open, and renewals are sent.
+	unknown bool
 }
 
 // New starts the estimate at sent+ttl on the system clock, where sent was
@@ -50,6 +54,17 @@ func (s *State) Init(clk clock.Clock, sent time.Time, ttl time.Duration) {
 	}
 }
 
+// InitUnknown starts a zero State with no estimate, for a handle rebuilt
+// from its token without a round trip (a Resume): the server alone knows
+// how long the lease has left. Until a renewal is accepted, Remaining is 0,
+// Done stays open (it closes when the handle is lost or released) and
+// CanRenew lets renewals through; the first accepted renewal starts the
+// estimate as Init would.
+func (s *State) InitUnknown(clk clock.Clock) {
+	s.clk = clock.Or(clk)
+	s.unknown = true
+}
+
 // Now reads the State's clock.
 func (s *State) Now() time.Time { return s.clk.Now() }
 
@@ -60,6 +75,9 @@ func (s *State) Done() <-chan struct{} {
 	defer s.mu.Unlock()
 	if s.done == nil {
 		s.done = make(chan struct{})
+		if s.unknown && !s.over {
+			return s.done // no estimate: no timer until a renewal
+		}
 		if now := s.clk.Now(); s.over || !now.Before(s.deadline) {
 			s.over = true
 			close(s.done)
@@ -108,7 +126,7 @@ func isClosed(ch chan struct{}) bool {
 func (s *State) Remaining() time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lost || s.released {
+	if s.lost || s.released || s.unknown {
 		return 0
 	}
 	return max(s.deadline.Sub(s.clk.Now()), 0)
@@ -119,7 +137,7 @@ func (s *State) Remaining() time.Duration {
 func (s *State) CanRenew(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.lost && !s.released && now.Before(s.deadline)
+	return !s.lost && !s.released && (s.unknown || now.Before(s.deadline))
 }
 
 // Renewed records a renewal the server accepted; sent was read before the
@@ -135,14 +153,20 @@ func (s *State) Renewed(sent time.Time, ttl time.Duration) {
 	}
 	s.lastSent = sent
 	now := s.clk.Now()
-	if !s.over && !now.Before(s.deadline) {
+	if !s.over && !s.unknown && !now.Before(s.deadline) {
 		// The estimate ran out while the renewal was in flight: Done
 		// closes now even if nobody had asked for it yet.
 		s.finishLocked()
 	}
+	s.unknown = false
 	s.deadline = sent.Add(ttl)
-	if !s.over && s.timer != nil {
+	switch {
+	case s.over:
+	case s.timer != nil:
 		s.timer.Reset(s.deadline.Sub(now))
+	case s.done != nil:
+		// Done was made while the estimate was unknown, without a timer.
+		s.timer = s.clk.AfterFunc(s.deadline.Sub(now), s.expire)
 	}
 }
 
