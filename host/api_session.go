@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
+	"github.com/coordhost/coordhost/lua"
 	"github.com/redis/rueidis"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -39,52 +40,38 @@ const (
 	sessionReleaseTimeout = 5 * time.Second
 )
 
-// The session scripts answer {ttl ms, release_on_disconnect, server TIME
-// seconds, TIME microseconds, PTTL}, or nil when the session is gone. TIME
-// runs inside the script so the expiry is on Redis's clock, the one that
-// expires the key, whichever daemon asks; it is taken to the millisecond,
-// as Redis keeps expiries, so reads of one expiry agree (to within the
-// millisecond TIME and the key's clock may straddle).
+// The session scripts (lua/session_*.lua). None is retryable: rueidis
+// would resend a script whose reply was lost.
 var (
-	// sessionCreate never overwrites: a 128-bit random id that exists is
-	// a broken random source, not a session to reset.
-	sessionCreate = rueidis.NewLuaScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-redis.call('HSET', KEYS[1], 'ttl', ARGV[1], 'rod', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-local t = redis.call('TIME')
-return {ARGV[1], ARGV[2], t[1], t[2], redis.call('PTTL', KEYS[1])}`)
-	// sessionRenew renews only a session that exists: a closed or expired
-	// one is not resurrected.
-	sessionRenew = rueidis.NewLuaScript(`
-local v = redis.call('HMGET', KEYS[1], 'ttl', 'rod')
-if not v[1] then return false end
-redis.call('PEXPIRE', KEYS[1], v[1])
-local t = redis.call('TIME')
-return {v[1], v[2], t[1], t[2], redis.call('PTTL', KEYS[1])}`)
-	sessionGet = rueidis.NewLuaScript(`
-local v = redis.call('HMGET', KEYS[1], 'ttl', 'rod')
-if not v[1] then return false end
-local p = redis.call('PTTL', KEYS[1])
-local t = redis.call('TIME')
-return {v[1], v[2], t[1], t[2], p}`)
+	sessionCreate = rueidis.NewLuaScript(lua.SessionCreate)
+	sessionRenew  = rueidis.NewLuaScript(lua.SessionRenew)
+	sessionGet    = rueidis.NewLuaScript(lua.SessionGet)
+	sessionAttach = rueidis.NewLuaScript(lua.SessionAttach)
+	sessionClose  = rueidis.NewLuaScript(lua.SessionClose)
 )
+
+// MaxSessionGrants is the most grants one session may hold; one more is
+// ResourceExhausted (REASON_CLIENT_LIMIT), and the grant is released.
+const MaxSessionGrants = 64
 
 // errSessionExists is sessionCreate finding its new id taken.
 var errSessionExists = errors.New("new session id already exists")
 
-// sessionService serves coordhost.v1.SessionService. No grant is attached
-// to a session yet: CloseSession releases none and GetSession lists none.
+// sessionService serves coordhost.v1.SessionService. Grants taken with a
+// session_id are attached to it (sessionGrants): renewing the session
+// renews them by its TTL, closing it releases them, and a session that is
+// not renewed takes them with it by TTL, with no reaper anywhere.
 //
 // Statuses: InvalidArgument naming "ttl" or "session_id" for a bad field
 // (nothing is sent to Redis); NotFound (REASON_SESSION_NOT_FOUND) for a
-// session that is gone; Unavailable when Redis fails or the Host is
-// closed; FailedPrecondition when another kind of value sits under the
-// session's key; Canceled or DeadlineExceeded with the call.
+// session that is gone; PermissionDenied for a session another API token
+// created; Unavailable when Redis fails or the Host is closed;
+// FailedPrecondition when another kind of value sits under the session's
+// key; Canceled or DeadlineExceeded with the call.
 type sessionService struct{ h *Host }
 
 // sessionKey is the Redis key of session id.
-func (s sessionService) key(id string) string { return s.h.keyPfx + SessionKeyPrefix + id }
+func (h *Host) sessionKey(id string) string { return h.keyPfx + SessionKeyPrefix + id }
 
 // checkSessionID checks a request's session_id: 32 lowercase hex digits,
 // as CreateSession makes them.
@@ -123,40 +110,65 @@ func sessionTTL(d *durationpb.Duration) (time.Duration, *connect.Error) {
 	return ttl, nil
 }
 
-// run runs one session script on id's key and decodes its answer.
-func (s sessionService) run(ctx context.Context, sc *rueidis.Lua, id string, args ...string) (*coordhostv1.Session, error) {
-	if s.h.closed.Load() {
-		return nil, sessionError(ctx, id, ErrClosed)
+// randomID returns n random bytes in lowercase hex.
+func randomID(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// sessionState is a session as a session script answered it.
+type sessionState struct {
+	msg    *coordhostv1.Session
+	ttl    time.Duration
+	grants []string // grant ids, where the script lists them
+}
+
+// runSession runs one session script on id's key and decodes its answer
+// (lua/session_lib.lua). A nil answer is NotFound.
+func (h *Host) runSession(ctx context.Context, sc *rueidis.Lua, id string, args ...string) (*sessionState, error) {
+	if h.closed.Load() {
+		return nil, sessionError(ctx, ErrClosed)
 	}
-	vs, err := sc.Exec(ctx, s.h.client, []string{s.key(id)}, args).ToArray()
+	vs, err := sc.Exec(ctx, h.client, []string{h.sessionKey(id)}, args).ToArray()
 	if err != nil {
-		return nil, sessionError(ctx, id, err)
+		return nil, sessionError(ctx, err)
 	}
-	if len(vs) != 5 {
-		return nil, sessionError(ctx, id, fmt.Errorf("session script answered %d values", len(vs)))
+	if len(vs) < 5 || len(vs) > 5+MaxSessionGrants {
+		return nil, sessionError(ctx, fmt.Errorf("session script answered %d values", len(vs)))
 	}
 	var n [5]int64
-	for i := range vs {
+	for i := range n {
 		if n[i], err = vs[i].AsInt64(); err != nil {
-			return nil, sessionError(ctx, id, fmt.Errorf("session script answer: %w", err))
+			return nil, sessionError(ctx, fmt.Errorf("session script answer: %w", err))
 		}
 	}
-	ttl := time.Duration(n[0]) * time.Millisecond
+	st := &sessionState{ttl: time.Duration(n[0]) * time.Millisecond}
+	for _, v := range vs[5:] {
+		g, err := v.ToString()
+		if err != nil {
+			return nil, sessionError(ctx, fmt.Errorf("session script answer: %w", err))
+		}
+		st.grants = append(st.grants, g)
+	}
 	now := time.Unix(n[2], n[3]*int64(time.Microsecond)).Truncate(time.Millisecond)
-	return &coordhostv1.Session{
+	st.msg = &coordhostv1.Session{
 		SessionId:           id,
-		Ttl:                 durationpb.New(ttl),
+		Ttl:                 durationpb.New(st.ttl),
 		ExpiresAt:           timestamppb.New(now.Add(time.Duration(n[4]) * time.Millisecond)),
 		ReleaseOnDisconnect: n[1] != 0,
-	}, nil
+	}
+	return st, nil
 }
 
 // sessionError maps an error of a session call to a status.
-func sessionError(ctx context.Context, id string, err error) error {
+func sessionError(ctx context.Context, err error) error {
 	switch {
 	case rueidis.IsRedisNil(err):
-		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_SESSION_NOT_FOUND, "session_id", "",
-			errors.New("session not found (closed or expired)"))
+		return sessionGone()
+	case isNotOwner(err):
+		return apiError(connect.CodePermissionDenied, coordhostv1.Reason_REASON_UNSPECIFIED, "session_id", "",
+			errors.New("session_id: the session belongs to another API token"))
 	}
 	if code, ok := ctxCode(ctx, err); ok {
 		return apiError(code, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", err)
@@ -171,6 +183,18 @@ func sessionError(ctx context.Context, id string, err error) error {
 	return apiError(connect.CodeUnavailable, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", err)
 }
 
+// sessionGone is NotFound (REASON_SESSION_NOT_FOUND).
+func sessionGone() *connect.Error {
+	return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_SESSION_NOT_FOUND, "session_id", "",
+		errors.New("session not found (closed or expired)"))
+}
+
+// isNotOwner reports whether err is a session script's COORDHOST_NOTOWNER.
+func isNotOwner(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(re.Error(), "COORDHOST_NOTOWNER")
+}
+
 // CreateSession serves SessionService.CreateSession: a new session with a
 // random 128-bit id, written with its TTL in one script.
 func (s sessionService) CreateSession(ctx context.Context, req *connect.Request[coordhostv1.CreateSessionRequest]) (*connect.Response[coordhostv1.CreateSessionResponse], error) {
@@ -178,14 +202,12 @@ func (s sessionService) CreateSession(ctx context.Context, req *connect.Request[
 	if cerr != nil {
 		return nil, cerr
 	}
-	var b [sessionIDBytes]byte
-	rand.Read(b[:]) // never fails (crypto/rand)
-	id := hex.EncodeToString(b[:])
+	id := randomID(sessionIDBytes)
 	rod := "0"
 	if req.Msg.GetReleaseOnDisconnect() {
 		rod = "1"
 	}
-	sess, err := s.run(ctx, sessionCreate, id, strconv.FormatInt(ttl.Milliseconds(), 10), rod)
+	st, err := s.h.runSession(ctx, sessionCreate, id, strconv.FormatInt(ttl.Milliseconds(), 10), rod, callerToken(ctx))
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		// The script's nil here means the id was taken.
 		err = apiError(connect.CodeInternal, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", errSessionExists)
@@ -193,17 +215,29 @@ func (s sessionService) CreateSession(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&coordhostv1.CreateSessionResponse{Session: sess}), nil
+	return connect.NewResponse(&coordhostv1.CreateSessionResponse{Session: st.msg}), nil
+}
+
+// renew renews session id by its TTL and then its grants by the same TTL;
+// renewer is the KeepAlive stream's id ("" for RenewSession).
+func (h *Host) renewSession(ctx context.Context, id, renewer string) (*coordhostv1.Session, error) {
+	st, err := h.runSession(ctx, sessionRenew, id, callerToken(ctx), renewer)
+	if err != nil {
+		return nil, err
+	}
+	h.renewSessionGrants(ctx, id, st)
+	return st.msg, nil
 }
 
 // RenewSession serves SessionService.RenewSession: the session's expiry
-// moves to its TTL from now; NotFound when it is gone.
+// moves to its TTL from now, and so do its grants'; NotFound when it is
+// gone.
 func (s sessionService) RenewSession(ctx context.Context, req *connect.Request[coordhostv1.RenewSessionRequest]) (*connect.Response[coordhostv1.RenewSessionResponse], error) {
 	id := req.Msg.GetSessionId()
 	if err := checkSessionID(id); err != nil {
 		return nil, err
 	}
-	sess, err := s.run(ctx, sessionRenew, id)
+	sess, err := s.h.renewSession(ctx, id, "")
 	if err != nil {
 		return nil, err
 	}
@@ -211,43 +245,72 @@ func (s sessionService) RenewSession(ctx context.Context, req *connect.Request[c
 }
 
 // GetSession serves SessionService.GetSession: the session as Redis has
-// it, not renewed; NotFound when it is gone. No grants are listed yet.
+// it, not renewed, with the grants attached to it; NotFound when it is
+// gone.
 func (s sessionService) GetSession(ctx context.Context, req *connect.Request[coordhostv1.GetSessionRequest]) (*connect.Response[coordhostv1.GetSessionResponse], error) {
 	id := req.Msg.GetSessionId()
 	if err := checkSessionID(id); err != nil {
 		return nil, err
 	}
-	sess, err := s.run(ctx, sessionGet, id)
+	st, err := s.h.runSession(ctx, sessionGet, id, callerToken(ctx))
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&coordhostv1.GetSessionResponse{Session: sess}), nil
+	out := &coordhostv1.GetSessionResponse{Session: st.msg}
+	for _, gid := range st.grants {
+		if g := s.h.listedGrant(gid); g != nil {
+			out.Grants = append(out.Grants, g)
+		}
+	}
+	return connect.NewResponse(out), nil
 }
 
 // CloseSession serves SessionService.CloseSession: the session's key is
-// deleted. A session already gone is closed false, not an error.
+// deleted and its grants released. A session already gone is closed
+// false, not an error.
 func (s sessionService) CloseSession(ctx context.Context, req *connect.Request[coordhostv1.CloseSessionRequest]) (*connect.Response[coordhostv1.CloseSessionResponse], error) {
 	id := req.Msg.GetSessionId()
 	if err := checkSessionID(id); err != nil {
 		return nil, err
 	}
-	closed, err := s.close(ctx, id)
+	closed, released, err := s.h.closeSession(ctx, id, "")
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&coordhostv1.CloseSessionResponse{Closed: closed}), nil
+	return connect.NewResponse(&coordhostv1.CloseSessionResponse{Closed: closed, ReleasedGrants: int64(released)}), nil
 }
 
-// close deletes session id's key; closed is whether it existed.
-func (s sessionService) close(ctx context.Context, id string) (closed bool, err error) {
-	if s.h.closed.Load() {
-		return false, sessionError(ctx, id, ErrClosed)
+// closeSession deletes session id's key and releases its grants; renewer
+// as in lua/session_close.lua. closed is whether it was deleted now;
+// released counts the grants this call released.
+func (h *Host) closeSession(ctx context.Context, id, renewer string) (closed bool, released int, err error) {
+	if h.closed.Load() {
+		return false, 0, sessionError(ctx, ErrClosed)
 	}
-	n, err := s.h.client.Do(ctx, s.h.client.B().Del().Key(s.key(id)).Build()).AsInt64()
+	vs, err := sessionClose.Exec(ctx, h.client, []string{h.sessionKey(id)}, []string{callerToken(ctx), renewer}).ToArray()
+	if rueidis.IsRedisNil(err) {
+		return false, 0, nil
+	}
 	if err != nil {
-		return false, sessionError(ctx, id, err)
+		return false, 0, sessionError(ctx, err)
 	}
-	return n > 0, nil
+	if len(vs) == 0 || len(vs) > 1+MaxSessionGrants {
+		return false, 0, sessionError(ctx, fmt.Errorf("session script answered %d values", len(vs)))
+	}
+	if n, err := vs[0].AsInt64(); err != nil || n != 1 {
+		return false, 0, nil // another stream renewed it last
+	}
+	ids := make([]string, 0, len(vs)-1)
+	for _, v := range vs[1:] {
+		if g, err := v.ToString(); err == nil {
+			ids = append(ids, g)
+		}
+	}
+	// The session is gone either way: its grants are released on the
+	// daemon's own account, within one bound, whatever the caller's ctx.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionReleaseTimeout)
+	defer cancel()
+	return true, h.releaseGrants(rctx, ids), nil
 }
 
 // KeepAlive serves SessionService.KeepAlive: each request renews the
@@ -262,13 +325,15 @@ func (s sessionService) close(ctx context.Context, id string) (closed bool, err 
 // When the stream ends with the client (half-close, cancel, a broken
 // connection, or its own bad request) and the session was created with
 // release_on_disconnect, the session is closed, unless the Host is
-// shutting down: its clients then resume on another daemon. It is not
-// closed when the stream ends because the session is gone or Redis
-// failed.
+// shutting down (its clients then resume on another daemon) or another
+// KeepAlive stream renewed it since (the client moved on, perhaps to
+// another daemon). It is not closed when the stream ends because the
+// session is gone or Redis failed.
 func (s sessionService) KeepAlive(ctx context.Context, st *connect.BidiStream[coordhostv1.KeepAliveRequest, coordhostv1.KeepAliveResponse]) (err error) {
 	var id string
 	var rod bool // the session's release_on_disconnect, once renewed
 	release := true
+	renewer := randomID(8)
 	defer func() {
 		if !rod || !release || s.h.life.Err() != nil || s.h.draining.Load() {
 			return
@@ -276,7 +341,7 @@ func (s sessionService) KeepAlive(ctx context.Context, st *connect.BidiStream[co
 		// The call's context is over: the close outlives it, bounded.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionReleaseTimeout)
 		defer cancel()
-		if _, cerr := s.close(rctx, id); cerr != nil {
+		if _, _, cerr := s.h.closeSession(rctx, id, renewer); cerr != nil {
 			s.h.log.Warn("session: release on disconnect failed", "error", cerr)
 		}
 	}()
@@ -297,7 +362,7 @@ func (s sessionService) KeepAlive(ctx context.Context, st *connect.BidiStream[co
 		} else if got != id {
 			return invalidField("session_id", "", "names another session than the stream's first request")
 		}
-		sess, serr := s.run(ctx, sessionRenew, id)
+		sess, serr := s.h.renewSession(ctx, id, renewer)
 		if serr != nil {
 			// Gone (nothing to release) or Redis failed (the client may
 			// resume at another daemon). A call cancelled meanwhile is

@@ -70,6 +70,7 @@ type Host struct {
 	draining atomic.Bool // Drain: the server in front stops; streams ending now are not client disconnects
 	drains   sync.WaitGroup
 	nodes    nodeClients // redlock node clients, shared by generations (redlock.go)
+	holds    holdSet     // the API's Hold streams served here (holds.go)
 }
 
 // New builds a Host from cfg: the Redis client (or opts.Client; or, without
@@ -173,6 +174,9 @@ func (h *Host) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	h.stop() // cuts the drains of replaced generations short
+	// Holds release their grants while the client is still open.
+	h.Drain()
+	h.holds.wg.Wait()
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
 	g := h.gen.Load()
@@ -200,6 +204,11 @@ func (h *Host) Close() error {
 // Drain tells the Host that the server in front of it is stopping: from
 // now on, a stream that ends is the server's doing, not its client's, so
 // it ends no session (release_on_disconnect applies to clients that go
-// away, not to a daemon that restarts). Call it before shutting the
-// server down; Shutdown implies it. Safe for concurrent use.
-func (h *Host) Drain() { h.draining.Store(true) }
+// away, not to a daemon that restarts). Hold streams end at once, with
+// Unavailable, releasing their grants, and new ones are refused. Call it
+// before shutting the server down; Shutdown implies it. Safe for
+// concurrent use.
+func (h *Host) Drain() {
+	h.draining.Store(true)
+	h.holds.drain()
+}

@@ -19,7 +19,8 @@ const readyTimeout = 2 * time.Second
 // Handler serves /livez (the process runs), /readyz (Redis answers and the
 // policies are loaded), /metrics (Prometheus text format), Envoy's
 // rate-limit service (RLSProcedure), coordhost.v1's RateLimitService,
-// AdminService and SessionService (all over gRPC, gRPC-Web and Connect)
+// AdminService, SessionService and LockService (all over gRPC, gRPC-Web
+// and Connect)
 // and grpc.health.v1. gRPC needs HTTP/2: serve it with TLS, or cleartext
 // HTTP/2 (http.Protocols with UnencryptedHTTP2, as coordhost serve does).
 func (h *Host) Handler() http.Handler {
@@ -44,8 +45,7 @@ func (h *Host) Handler() http.Handler {
 	return mux
 }
 
-// apiHandlers returns the coordhost.v1 services served so far
-// (RateLimitService, AdminService and SessionService) and the gRPC health
+// apiHandlers returns the coordhost.v1 services served so far and the gRPC health
 // service (SERVING while Ready succeeds, for "" and healthServices), by
 // path prefix.
 func (h *Host) apiHandlers() map[string]http.Handler {
@@ -53,12 +53,14 @@ func (h *Host) apiHandlers() map[string]http.Handler {
 	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt)
 	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt)
 	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt)
+	lp, lh := coordhostv1connect.NewLockServiceHandler(lockService{h}, opt)
 	hp, hh := grpchealth.NewHandler(healthChecker{h})
-	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, hp: hh}
+	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, lp: lh, hp: hh}
 }
 
 // healthServices are the services grpc.health.v1 answers for, besides "".
-var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName, coordhostv1connect.SessionServiceName}
+var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName,
+	coordhostv1connect.SessionServiceName, coordhostv1connect.LockServiceName}
 
 // healthChecker answers grpc.health.v1 from Host.Ready.
 type healthChecker struct{ h *Host }

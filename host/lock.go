@@ -66,27 +66,39 @@ func (l *Lock) Key(ctx context.Context, attrs map[string]string) (string, error)
 // Acquire waits for the lock for the configured TTL, consulting the
 // configured retry policy between attempts.
 func (l *Lock) Acquire(ctx context.Context, attrs map[string]string) (*lock.Lock, error) {
-	return l.observe(ctx, attrs, true, (*lock.Locker).Acquire)
+	lk, _, err := l.acquire(ctx, attrs, true, 0)
+	return lk, err
 }
 
 // TryAcquire makes one attempt.
 func (l *Lock) TryAcquire(ctx context.Context, attrs map[string]string) (*lock.Lock, error) {
-	return l.observe(ctx, attrs, false, (*lock.Locker).TryAcquire)
+	lk, _, err := l.acquire(ctx, attrs, false, 0)
+	return lk, err
 }
 
-// observe runs one acquisition and counts it, once, across the
-// generations it may move through (coordhost_lock_acquisitions_total,
-// coordhost_lock_wait_duration_seconds). The lock's renewals, releases and
-// losses are reported by its Locker's observer (metrics.lockObserver).
-func (l *Lock) observe(ctx context.Context, attrs map[string]string, waits bool, fn func(*lock.Locker, context.Context, string, time.Duration) (*lock.Lock, error)) (*lock.Lock, error) {
+// acquire runs one acquisition for ttl (0: the configured TTL), waiting
+// when waits, and returns the lock and its key (below the prefix). It is
+// counted once, across the generations it may move through
+// (coordhost_lock_acquisitions_total, coordhost_lock_wait_duration_seconds);
+// the lock's renewals, releases and losses are reported by its Locker's
+// observer (metrics.lockObserver).
+func (l *Lock) acquire(ctx context.Context, attrs map[string]string, waits bool, ttl time.Duration) (*lock.Lock, string, error) {
 	start := time.Now()
+	var key string
 	got, err := withNamed(l.h, "lock", l.name, ErrNoLock, l.lookup, func(n *namedLock) (*lock.Lock, error) {
-		key, err := n.key(ctx, attrs)
-		if err != nil {
+		var err error
+		if key, err = n.key(ctx, attrs); err != nil {
 			return nil, err
 		}
-		return fn(n.prim, ctx, key, n.cfg.TTL)
+		t := ttl
+		if t == 0 {
+			t = n.cfg.TTL
+		}
+		if waits {
+			return n.prim.Acquire(ctx, key, t)
+		}
+		return n.prim.TryAcquire(ctx, key, t)
 	})
 	l.h.metrics.observeAcquire(ctx, l.name, waits, time.Since(start), err)
-	return got, err
+	return got, key, err
 }

@@ -59,6 +59,16 @@ var (
 	SemaphoreVerify  = semaphoreVerify
 )
 
+// Session scripts (host's SessionService), after args.lua and
+// session_lib.lua.
+var (
+	SessionCreate = args + sessionLib + sessionCreate
+	SessionRenew  = args + sessionLib + sessionRenew
+	SessionGet    = args + sessionLib + sessionGet
+	SessionAttach = args + sessionLib + sessionAttach
+	SessionClose  = args + sessionLib + sessionClose
+)
+
 // Rate-limit scripts (primitives/ratelimit), after ratelimit_lib.lua
 // (not args.lua: they run on every request, and ratelimit_lib.lua's
 // checks are cheaper).
@@ -128,6 +138,18 @@ var (
 	semaphoreRenew string
 	//go:embed semaphore_verify.lua
 	semaphoreVerify string
+	//go:embed session_lib.lua
+	sessionLib string
+	//go:embed session_create.lua
+	sessionCreate string
+	//go:embed session_renew.lua
+	sessionRenew string
+	//go:embed session_get.lua
+	sessionGet string
+	//go:embed session_attach.lua
+	sessionAttach string
+	//go:embed session_close.lua
+	sessionClose string
 	//go:embed ratelimit_lib.lua
 	ratelimitLib string
 	//go:embed ratelimit_fixed.lua

@@ -1,0 +1,313 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
+	"github.com/coordhost/coordhost/primitives"
+)
+
+// grantReleaseTimeout bounds a release the daemon makes on its own
+// account: a Hold's end, a session's close, a grant whose session went
+// away while it was taken.
+const grantReleaseTimeout = 5 * time.Second
+
+// grantRequest is one acquisition through the API, whatever the kind.
+type grantRequest struct {
+	kind, name string
+	attrs      map[string]string
+	wait       apiWait
+	session    string
+	field      string        // leases
+	mode       string        // rwlocks
+	ttl        time.Duration // the request's own (leases); 0: the block's
+	// contended is the status of contention: Aborted for exclusive
+	// grants, ResourceExhausted for permits.
+	contended connect.Code
+}
+
+// acquisition is what a kind's acquire answers.
+type acquisition struct {
+	lease primitives.Lease
+	key   string        // below the block's prefix
+	fence int64         // locks with fencing
+	ttl   time.Duration // the lease taken; 0 for a permit without expiry
+}
+
+// acquireFunc takes one grant of a kind for ttl (0: the block's), making
+// one attempt when try.
+type acquireFunc func(ctx context.Context, ttl time.Duration, try bool) (acquisition, error)
+
+// held is a grant the API took or rebuilt: its reference and its handle.
+type held struct {
+	ref   *grantRef
+	lease primitives.Lease
+}
+
+// proto is the grant's Grant message.
+func (g *held) proto() *coordhostv1.Grant { return grantProto(g.ref, g.lease.Remaining()) }
+
+// takeGrant runs one acquisition of req through acquire: the caller's
+// token must allow the name; a session's grant is taken with the
+// session's TTL and then recorded in it (or released again when the
+// session went away meanwhile or is full).
+func (h *Host) takeGrant(ctx context.Context, req grantRequest, acquire acquireFunc) (*held, error) {
+	if err := authorizeName(ctx, req.name); err != nil {
+		return nil, err
+	}
+	ttl := req.ttl
+	if req.session != "" {
+		st, err := h.runSession(ctx, sessionGet, req.session, callerToken(ctx))
+		if err != nil {
+			return nil, err
+		}
+		ttl = st.ttl
+	}
+	got, err := acquireWithin(ctx, req.wait, func(ctx context.Context) (acquisition, error) {
+		return acquire(ctx, ttl, req.wait.try())
+	})
+	if err != nil {
+		return nil, grantError(ctx, "acquire", req.name, req.contended, err)
+	}
+	g := &held{lease: got.lease, ref: &grantRef{
+		Kind: req.kind, Name: req.name, Key: got.key, Field: req.field, Mode: req.mode,
+		Token: got.lease.Token(), Fence: got.fence, Session: req.session, TTLMillis: got.ttl.Milliseconds(),
+	}}
+	if req.session != "" {
+		if err := h.attach(ctx, g.ref); err != nil {
+			h.releaseOwn(ctx, g)
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// attach records r in its session (lua/session_attach.lua).
+func (h *Host) attach(ctx context.Context, r *grantRef) error {
+	n, err := sessionAttach.Exec(ctx, h.client, []string{h.sessionKey(r.Session)},
+		[]string{callerToken(ctx), r.sessionField(), r.id(), strconv.Itoa(MaxSessionGrants)}).AsInt64()
+	switch {
+	case err != nil:
+		return sessionError(ctx, err)
+	case n == 0:
+		return sessionGone()
+	case n < 0:
+		return apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "session_id", r.Name,
+			fmt.Errorf("session_id: the session holds %d grants, the most it may", MaxSessionGrants))
+	}
+	return nil
+}
+
+// detach removes r from its session, best effort: a grant that stays
+// listed is found lost at the session's next renewal and removed then.
+func (h *Host) detach(ctx context.Context, r *grantRef) {
+	if r.Session == "" {
+		return
+	}
+	c := h.client
+	if err := c.Do(ctx, c.B().Hdel().Key(h.sessionKey(r.Session)).Field(r.sessionField()).Build()).Error(); err != nil {
+		h.log.Debug("session: removing a released grant failed", "error", err)
+	}
+}
+
+// releaseOwn releases g on the daemon's own account, whatever ctx's
+// state, within grantReleaseTimeout; a Hold of it served here ends.
+func (h *Host) releaseOwn(ctx context.Context, g *held) primitives.ReleaseResult {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantReleaseTimeout)
+	defer cancel()
+	res, err := g.lease.Release(rctx)
+	if err != nil {
+		h.log.Warn("releasing a grant failed; it expires with its ttl", "kind", g.ref.Kind, "name", g.ref.Name, "error", err)
+	}
+	h.holds.end(g.ref.Token, grantLost(g.ref.Name))
+	h.detach(rctx, g.ref)
+	return res
+}
+
+// resume rebuilds the handle of the grant r names, on the primitive its
+// name has in the configuration in use.
+func (h *Host) resume(r *grantRef) (*held, error) {
+	var l primitives.Lease
+	var err error
+	switch r.Kind {
+	case kindLock:
+		l, err = withNamed(h, kindLock, r.Name, ErrNoLock, (&Lock{h: h, name: r.Name}).lookup,
+			func(n *namedLock) (primitives.Lease, error) {
+				if err := n.ownsKey(r.Key); err != nil {
+					return nil, err
+				}
+				lk, err := n.prim.Resume(r.Key, r.Token, r.Fence)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %w", errBadGrant, err)
+				}
+				return lk, nil
+			})
+	default:
+		err = fmt.Errorf("%w: grants of kind %q cannot be renewed or released yet", errBadGrant, r.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &held{ref: r, lease: l}, nil
+}
+
+// errBadGrant is a grant id that parses but does not fit the block its
+// name has now (InvalidArgument naming "grant_id").
+var errBadGrant = errors.New("grant_id does not fit its block")
+
+// ownsKey checks that key (from a grant id) is one this block makes: its
+// name, or name "/" something when it has a partition policy.
+func (n *named[C, P]) ownsKey(key string) error {
+	if key == n.name || n.partition != nil && len(key) > len(n.name)+1 && key[:len(n.name)+1] == n.name+"/" {
+		return nil
+	}
+	return fmt.Errorf("%w: key %q is not one %s %q makes", errBadGrant, key, n.kind, n.name)
+}
+
+// renewByID serves a Renew of any kind: the grant id's handle is rebuilt
+// and renewed by the grant's TTL (its session's, for a session's grant).
+func (h *Host) renewByID(ctx context.Context, id, kind string, contended connect.Code) (*coordhostv1.Grant, error) {
+	r, cerr := parseGrantID(id, kind)
+	if cerr != nil {
+		return nil, cerr
+	}
+	if err := authorizeName(ctx, r.Name); err != nil {
+		return nil, err
+	}
+	g, err := h.resume(r)
+	if err != nil {
+		return nil, grantError(ctx, "renew", r.Name, contended, err)
+	}
+	ok, err := h.renewHeld(ctx, g)
+	if err != nil {
+		return nil, grantError(ctx, "renew", r.Name, contended, err)
+	}
+	if !ok {
+		return nil, grantLost(r.Name)
+	}
+	return g.proto(), nil
+}
+
+// renewHeld renews g by its TTL; a permit without expiry is verified
+// instead.
+func (h *Host) renewHeld(ctx context.Context, g *held) (bool, error) {
+	if ttl := g.ref.ttl(); ttl > 0 {
+		return g.lease.Renew(ctx, ttl)
+	}
+	return g.lease.Verify(ctx)
+}
+
+// releaseByID serves a Release of any kind.
+func (h *Host) releaseByID(ctx context.Context, id, kind string, contended connect.Code) (coordhostv1.ReleaseResult, error) {
+	r, cerr := parseGrantID(id, kind)
+	if cerr != nil {
+		return 0, cerr
+	}
+	if err := authorizeName(ctx, r.Name); err != nil {
+		return 0, err
+	}
+	g, err := h.resume(r)
+	if err != nil {
+		return 0, grantError(ctx, "release", r.Name, contended, err)
+	}
+	res, err := g.lease.Release(ctx)
+	if err != nil {
+		return 0, grantError(ctx, "release", r.Name, contended, err)
+	}
+	h.holds.end(r.Token, apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_GRANT_LOST, "", r.Name,
+		errors.New("the grant was released by a Release call")))
+	h.detach(ctx, r)
+	return releaseResult(res), nil
+}
+
+// renewSessionGrants renews the grants of session id by its TTL, all at
+// once; a grant found lost (or an id that does not parse) is removed from
+// the session.
+func (h *Host) renewSessionGrants(ctx context.Context, id string, st *sessionState) {
+	var wg sync.WaitGroup
+	for _, gid := range st.grants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, cerr := parseGrantID(gid, "")
+			if cerr != nil || r.Session != id {
+				h.log.Warn("session: dropping a grant id that does not parse", "session", id)
+				h.dropSessionField(ctx, id, gid)
+				return
+			}
+			r.TTLMillis = st.ttl.Milliseconds()
+			g, err := h.resume(r)
+			if err != nil {
+				h.log.Warn("session: cannot renew a grant", "kind", r.Kind, "name", r.Name, "error", err)
+				return
+			}
+			ok, err := h.renewHeld(ctx, g)
+			if err == nil && !ok {
+				h.detach(ctx, r)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// dropSessionField removes, by value, a field of session id that holds
+// grant id gid but cannot be parsed into its field name.
+func (h *Host) dropSessionField(ctx context.Context, id, gid string) {
+	c := h.client
+	all, err := c.Do(ctx, c.B().Hgetall().Key(h.sessionKey(id)).Build()).AsStrMap()
+	if err != nil {
+		return
+	}
+	for f, v := range all {
+		if v == gid && len(f) > 2 && f[:2] == "g:" {
+			c.Do(ctx, c.B().Hdel().Key(h.sessionKey(id)).Field(f).Build())
+		}
+	}
+}
+
+// releaseGrants releases the grants of a closed session, all at once, and
+// returns how many were held until now.
+func (h *Host) releaseGrants(ctx context.Context, ids []string) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	for _, gid := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, cerr := parseGrantID(gid, "")
+			if cerr != nil {
+				return
+			}
+			g, err := h.resume(r)
+			if err != nil {
+				h.log.Warn("session: cannot release a grant; it expires with its ttl", "kind", r.Kind, "name", r.Name, "error", err)
+				return
+			}
+			r.Session = "" // the session is gone: nothing to detach from
+			if h.releaseOwn(ctx, g) == primitives.Released {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return n
+}
+
+// listedGrant is the Grant message of a grant id listed in a session, or
+// nil when it does not parse. Its expiry is the session's.
+func (h *Host) listedGrant(gid string) *coordhostv1.Grant {
+	r, cerr := parseGrantID(gid, "")
+	if cerr != nil {
+		return nil
+	}
+	return grantProto(r, 0)
+}
