@@ -1,0 +1,242 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
+	"github.com/coordhost/coordhost/internal/redistest"
+)
+
+// pttlOf returns key's PTTL in ms.
+func pttlOf(t *testing.T, s *redistest.Server, key string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s.MustCmd(t, "PTTL", key), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A grant taken with a session gets the session's TTL, is listed by
+// GetSession, renewed by RenewSession and KeepAlive, released by
+// CloseSession; a session full of grants or gone refuses more and holds
+// nothing; a session that is not renewed takes its grants with it.
+func TestAPILockSession(t *testing.T) {
+	s := redistest.Start(t)
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, lockBlocks))
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newLockClients(hc, url, connect.WithGRPC())
+
+	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(5 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cs.Msg.GetSession().GetSessionId()
+	a, err := c.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := a.Msg.GetGrant()
+	if g.GetSessionId() != sid || g.GetTtl().AsDuration() != 5*time.Second {
+		t.Fatalf("session grant %v", g)
+	}
+	if p := pttlOf(t, s, "m:coordhost:lock:invoice"); p > 5000 || p < 4000 {
+		t.Fatalf("a session's lock has PTTL %d, want the session's 5s", p)
+	}
+	got, err := c.sess.GetSession(ctx, connect.NewRequest(&coordhostv1.GetSessionRequest{SessionId: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs := got.Msg.GetGrants(); len(gs) != 1 || gs[0].GetGrantId() != g.GetGrantId() || gs[0].GetFencingToken() != g.GetFencingToken() {
+		t.Fatalf("GetSession lists %v", gs)
+	}
+
+	// Renewing the session renews its lock.
+	s.MustCmd(t, "PEXPIRE", "m:coordhost:lock:invoice", "1000")
+	if _, err := c.sess.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: sid})); err != nil {
+		t.Fatal(err)
+	}
+	if p := pttlOf(t, s, "m:coordhost:lock:invoice"); p < 4000 {
+		t.Fatalf("RenewSession left the lock's PTTL at %d", p)
+	}
+	ka := c.sess.KeepAlive(ctx)
+	s.MustCmd(t, "PEXPIRE", "m:coordhost:lock:invoice", "1000")
+	if err := ka.Send(&coordhostv1.KeepAliveRequest{SessionId: sid}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ka.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	if p := pttlOf(t, s, "m:coordhost:lock:invoice"); p < 4000 {
+		t.Fatalf("KeepAlive left the lock's PTTL at %d", p)
+	}
+	ka.CloseRequest()
+	ka.CloseResponse()
+
+	// Closing releases: the next holder gets the lock at once, with a
+	// higher fencing token.
+	cl, err := c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid}))
+	if err != nil || !cl.Msg.GetClosed() || cl.Msg.GetReleasedGrants() != 1 {
+		t.Fatalf("CloseSession: %v %v", cl, err)
+	}
+	next, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice"}))
+	if err != nil {
+		t.Fatalf("the lock is still held after its session closed: %v", err)
+	}
+	if next.Msg.GetGrant().GetFencingToken() <= g.GetFencingToken() {
+		t.Fatalf("fencing token %d after %d", next.Msg.GetGrant().GetFencingToken(), g.GetFencingToken())
+	}
+	if _, err := c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: next.Msg.GetGrant().GetGrantId()})); err != nil {
+		t.Fatal(err)
+	}
+
+	// A session that is gone: NotFound, and nothing held.
+	_, err = c.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
+	wantCode(t, "Acquire with a closed session", err, connect.CodeNotFound, coordhostv1.Reason_REASON_SESSION_NOT_FOUND, "session_id")
+	if n := s.MustCmd(t, "EXISTS", "m:coordhost:lock:invoice"); n != "0" {
+		t.Fatal("a lock was left held for a closed session")
+	}
+
+	// A full session refuses the next grant and holds nothing more.
+	cs, err = c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid = cs.Msg.GetSession().GetSessionId()
+	for i := range 64 {
+		if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "tenant", SessionId: sid,
+			Attributes: map[string]string{"tenant": fmt.Sprint(i)}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "tenant", SessionId: sid,
+		Attributes: map[string]string{"tenant": "one-too-many"}}))
+	wantCode(t, "a 65th grant", err, connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "session_id")
+	if n := s.MustCmd(t, "EXISTS", "m:coordhost:lock:tenant/one-too-many"); n != "0" {
+		t.Fatal("the refused grant is still held")
+	}
+	cl, err = c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid}))
+	if err != nil || cl.Msg.GetReleasedGrants() != 64 {
+		t.Fatalf("CloseSession of 64 grants: %v %v", cl, err)
+	}
+
+	// Without renewals the session and its grant expire together.
+	cs, err = c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: cs.Msg.GetSession().GetSessionId()})); err != nil {
+		t.Fatal(err)
+	}
+	sp, lp := pttlOf(t, s, sessionKey(cs.Msg.GetSession().GetSessionId())), pttlOf(t, s, "m:coordhost:lock:invoice")
+	if lp > sp+50 || lp < sp-100 {
+		t.Fatalf("the lock's PTTL %d is not the session's %d", lp, sp)
+	}
+}
+
+// Hold keeps a lock while the stream lasts and releases it at once when
+// the client goes away, when it is released by id, when its session
+// closes, and when the daemon drains.
+func TestAPILockHold(t *testing.T) {
+	s := redistest.Start(t)
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, lockBlocks))
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newLockClients(hc, url, connect.WithGRPC())
+	free := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
+		for s.MustCmd(t, "EXISTS", "m:coordhost:lock:short") != "0" {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the lock is still held", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// Renewals every ttl/3 (300ms lock): the lock outlives its TTL.
+	hctx, hcancel := context.WithCancel(ctx)
+	st, err := c.lock.Hold(hctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs int
+	for msgs < 8 && st.Receive() {
+		msgs++
+	}
+	if msgs < 8 {
+		t.Fatalf("%d messages, then %v", msgs, st.Err())
+	}
+	if s.MustCmd(t, "EXISTS", "m:coordhost:lock:short") != "1" {
+		t.Fatal("the held lock expired")
+	}
+	start := time.Now()
+	hcancel()
+	st.Close()
+	free("after the client cancelled")
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("released %v after the client left", el)
+	}
+
+	// Release by id ends the stream with NotFound (REASON_GRANT_LOST).
+	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short"}))
+	if err != nil || !st.Receive() {
+		t.Fatal(err, st.Err())
+	}
+	if _, err := c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: st.Msg().GetGrant().GetGrantId()})); err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	wantCode(t, "Hold after Release", st.Err(), connect.CodeNotFound, coordhostv1.Reason_REASON_GRANT_LOST, "")
+	free("after Release")
+
+	// CloseSession ends a session's Hold at once.
+	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short", SessionId: cs.Msg.GetSession().GetSessionId()}))
+	if err != nil || !st.Receive() {
+		t.Fatal(err, st.Err())
+	}
+	start = time.Now()
+	if _, err := c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: cs.Msg.GetSession().GetSessionId()})); err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	if st.Err() == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("Hold after CloseSession: %v after %v", st.Err(), time.Since(start))
+	}
+	free("after CloseSession")
+
+	// A draining daemon ends its Holds with Unavailable and releases them.
+	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short"}))
+	if err != nil || !st.Receive() {
+		t.Fatal(err, st.Err())
+	}
+	h.Drain()
+	for st.Receive() {
+	}
+	wantCode(t, "Hold at Drain", st.Err(), connect.CodeUnavailable, coordhostv1.Reason_REASON_UNSPECIFIED, "")
+	free("after Drain")
+	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short"}))
+	if err == nil {
+		for st.Receive() {
+		}
+		err = st.Err()
+	}
+	wantCode(t, "Hold while drained", err, connect.CodeUnavailable, coordhostv1.Reason_REASON_UNSPECIFIED, "")
+	free("a Hold refused while drained")
+}
