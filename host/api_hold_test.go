@@ -3,7 +3,9 @@ package host_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,4 +241,99 @@ func TestAPILockHold(t *testing.T) {
 	}
 	wantCode(t, "Hold while drained", err, connect.CodeUnavailable, coordhostv1.Reason_REASON_UNSPECIFIED, "")
 	free("a Hold refused while drained")
+}
+
+// A reload that removes the block of a held lock ends its Hold with
+// NotFound (REASON_NAME_NOT_CONFIGURED) and releases the lock.
+func TestAPILockHoldReloadRemoves(t *testing.T) {
+	s := redistest.Start(t)
+	path := rateLimitConfig(t, s.Addr, 3, lockBlocks)
+	h := newHost(t, path)
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newLockClients(hc, url, connect.WithGRPC())
+	st, err := c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short"}))
+	if err != nil || !st.Receive() {
+		t.Fatal(err, st.Err())
+	}
+	src := readFile(t, path)
+	if err := os.WriteFile(path, []byte(strings.Replace(src, `lock "short"`, `lock "renamed"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	wantCode(t, "Hold after its block went", st.Err(), connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	if n := s.MustCmd(t, "EXISTS", "m:coordhost:lock:short"); n != "0" {
+		t.Fatal("the lock of a removed block is still held")
+	}
+}
+
+// A daemon that goes away (closed without releasing anything, as a crash
+// would leave it) loses no grant Redis holds: another daemon renews the
+// session, lists and renews its lock by id, and closing the session there
+// releases the lock to a waiter, which gets a higher fencing token.
+func TestAPISessionGrantsRestart(t *testing.T) {
+	s := redistest.Start(t)
+	cfg := rateLimitConfig(t, s.Addr, 3, lockBlocks)
+	ha := newHost(t, cfg)
+	urlA, hcA := apiServer(t, ha)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := newLockClients(hcA, urlA, connect.WithGRPC())
+	cs, err := a.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cs.Msg.GetSession().GetSessionId()
+	got, err := a.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := got.Msg.GetGrant()
+	if err := ha.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	hb := newHost(t, cfg)
+	urlB, hcB := apiServer(t, hb)
+	b := newLockClients(hcB, urlB, connect.WithProtoJSON())
+	s.MustCmd(t, "PEXPIRE", "m:coordhost:lock:invoice", "2000")
+	if _, err := b.sess.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: sid})); err != nil {
+		t.Fatal(err)
+	}
+	if p := pttlOf(t, s, "m:coordhost:lock:invoice"); p < 9000 {
+		t.Fatalf("B's session renewal left the lock at PTTL %d", p)
+	}
+	ls, err := b.sess.GetSession(ctx, connect.NewRequest(&coordhostv1.GetSessionRequest{SessionId: sid}))
+	if err != nil || len(ls.Msg.GetGrants()) != 1 || ls.Msg.GetGrants()[0].GetGrantId() != g.GetGrantId() {
+		t.Fatalf("B lists %v %v", ls, err)
+	}
+	if _, err := b.lock.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: g.GetGrantId()})); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan *coordhostv1.Grant, 1)
+	go func() {
+		w, err := b.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", Wait: durationpb.New(5 * time.Second)}))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- w.Msg.GetGrant()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cl, err := b.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid}))
+	if err != nil || cl.Msg.GetReleasedGrants() != 1 {
+		t.Fatalf("CloseSession at B: %v %v", cl, err)
+	}
+	select {
+	case w := <-waited:
+		if w.GetFencingToken() <= g.GetFencingToken() {
+			t.Fatalf("the waiter's fencing token %d is not above %d", w.GetFencingToken(), g.GetFencingToken())
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter did not get the lock when the session closed")
+	}
 }

@@ -171,7 +171,10 @@ type Grant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The opaque id naming this grant in Renew and Release. Any coordhost daemon
 	// serving the same Redis accepts it. Whoever has it can renew and release
-	// the grant: treat it as a secret. Clients must not parse it.
+	// the grant: treat it as a secret. Clients must not parse it. It is not
+	// signed: Renew and Release are owner-checked in Redis by the ownership
+	// token inside it, but the fencing_token a Renew answers is the one the
+	// id carries, not re-read from Redis.
 	GrantId string `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
 	// The configured name the grant was taken on.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
@@ -191,12 +194,17 @@ type Grant struct {
 	// the validity: the lease minus the time the acquisition took and the
 	// clock-drift allowance.
 	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// When the grant expires unless renewed, on the Redis server's clock
-	// (TIME). Compare with care across machines whose clocks differ.
+	// When the grant expires unless renewed, as the answering daemon
+	// estimates it on its own clock: the lease counted from before the
+	// command was sent, so never later than the expiry Redis keeps. Unset
+	// when there is no estimate: a semaphore permit without expiry, or a
+	// grant listed by GetSession (it expires with its session). Compare with
+	// care across machines whose clocks differ.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The session the grant is attached to; empty when none. A grant attached
-	// to a session is renewed by the daemon while the session lives and
-	// released when the session ends.
+	// to a session takes the session's TTL, is renewed with every renewal of
+	// the session (at any daemon), released when the session is closed, and
+	// expires with it when it is not renewed.
 	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
