@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/coordhost/coordhost/policies"
 	"github.com/hashicorp/hcl/v2"
@@ -21,25 +20,8 @@ var lockSchema = &hcl.BodySchema{
 }
 
 func (d *decoder) decodeLock(b *hcl.Block) {
-	name := b.Labels[0]
-	if name == "" {
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid lock name",
-			Detail:   "A lock needs a non-empty name.",
-			Subject:  b.LabelRanges[0].Ptr(),
-		})
-		return
-	}
-	if strings.Contains(name, "/") || strings.HasPrefix(name, ReservedKeyPrefix) {
-		// "/" separates a lock's name from its partition key: "a/b"
-		// would share keys with lock "a" partitioned to "b".
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid lock name",
-			Detail:   fmt.Sprintf("Lock name %q may not contain \"/\" (it separates the name from a partition key) or start with %q (reserved for keys coordhost derives).", name, ReservedKeyPrefix),
-			Subject:  b.LabelRanges[0].Ptr(),
-		})
+	name, ok := d.keyedName(b, "Lock")
+	if !ok {
 		return
 	}
 	if prev := d.cfg.locks[name]; prev != nil {

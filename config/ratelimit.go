@@ -151,16 +151,8 @@ var (
 )
 
 func (d *decoder) decodeRateLimit(b *hcl.Block) {
-	name := b.Labels[0]
-	if name == "" || strings.Contains(name, "/") || strings.HasPrefix(name, ReservedKeyPrefix) {
-		// "/" separates the name from a partition key, as for locks.
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid rate_limit name",
-			Detail: fmt.Sprintf("Rate limit name %q must be non-empty, may not contain \"/\" (it separates the name from a partition key) and may not start with %q (reserved for keys coordhost derives).",
-				name, ReservedKeyPrefix),
-			Subject: b.LabelRanges[0].Ptr(),
-		})
+	name, ok := d.keyedName(b, "Rate limit")
+	if !ok {
 		return
 	}
 	if prev := d.cfg.rateLimits[name]; prev != nil {

@@ -88,14 +88,8 @@ var redlockSchema = &hcl.BodySchema{
 }
 
 func (d *decoder) decodeRedlock(b *hcl.Block) {
-	name := b.Labels[0]
-	if name == "" || strings.Contains(name, "/") || strings.HasPrefix(name, ReservedKeyPrefix) {
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid redlock name",
-			Detail:   fmt.Sprintf("Redlock name %q must not be empty, contain \"/\" (it separates the name from a partition key) or start with %q (reserved for keys coordhost derives).", name, ReservedKeyPrefix),
-			Subject:  b.LabelRanges[0].Ptr(),
-		})
+	name, ok := d.keyedName(b, "Redlock")
+	if !ok {
 		return
 	}
 	if prev := d.cfg.Redlock(name); prev != nil {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -64,16 +63,8 @@ var rwlockSchema = &hcl.BodySchema{
 }
 
 func (d *decoder) decodeRWLock(b *hcl.Block) {
-	name := b.Labels[0]
-	if name == "" || strings.Contains(name, "/") || strings.HasPrefix(name, ReservedKeyPrefix) {
-		// "/" separates the name from a partition key: "a/b" would share
-		// keys with rwlock "a" partitioned to "b".
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid rwlock name",
-			Detail:   fmt.Sprintf("Rwlock name %q must be non-empty, may not contain \"/\" (it separates the name from a partition key) and may not start with %q (reserved for keys coordhost derives).", name, ReservedKeyPrefix),
-			Subject:  b.LabelRanges[0].Ptr(),
-		})
+	name, ok := d.keyedName(b, "Rwlock")
+	if !ok {
 		return
 	}
 	if prev := d.cfg.rwlocks[name]; prev != nil {

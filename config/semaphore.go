@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -70,16 +69,8 @@ var semaphoreSchema = &hcl.BodySchema{
 }
 
 func (d *decoder) decodeSemaphore(b *hcl.Block) {
-	name := b.Labels[0]
-	if name == "" || strings.Contains(name, "/") || strings.HasPrefix(name, ReservedKeyPrefix) {
-		// "/" separates the name from a partition key, as for locks.
-		d.add(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid semaphore name",
-			Detail: fmt.Sprintf("Semaphore name %q must be non-empty, may not contain \"/\" (it separates the name from a partition key) and may not start with %q (reserved for keys coordhost derives).",
-				name, ReservedKeyPrefix),
-			Subject: b.LabelRanges[0].Ptr(),
-		})
+	name, ok := d.keyedName(b, "Semaphore")
+	if !ok {
 		return
 	}
 	if prev := d.cfg.semaphores[name]; prev != nil {
