@@ -88,6 +88,14 @@
 //	  partition = policy.partition.NAME   # optional reference
 //	}
 //
+//	lease "NAME" {                # named hash-field leases (see Lease); serving needs Redis 7.4+
+//	  ttl       = "30s"           # required: a request's lease when it names none; whole ms, at least 1ms
+//	  max_ttl   = "5m"            # the longest lease a request may ask for; default ttl
+//	  prefix    = "coordhost:lease:"  # default DefaultLeasePrefix
+//	  retry     = policy.retry.NAME       # optional reference
+//	  partition = policy.partition.NAME   # optional: chooses the hash
+//	}
+//
 //	rate_limit "NAME" {           # a rate limit, one limiter per partition key (see RateLimit)
 //	  algorithm = "sliding_window"  # required: fixed_window | sliding_window | token_bucket
 //	  limit     = 100               # required: permits per window, or the bucket's size
@@ -196,6 +204,9 @@ type Config struct {
 	RWLocks []*RWLock
 	// Semaphores are the declared named semaphores, in declaration order.
 	Semaphores []*Semaphore
+	// Leases are the declared lease blocks (named hash-field leases), in
+	// declaration order.
+	Leases []*Lease
 	// Redlocks are the declared redlocks, in declaration order.
 	Redlocks []*Redlock
 	// RateLimits are the declared rate limits, in declaration order.
@@ -210,6 +221,7 @@ type Config struct {
 	latches    map[string]*Latch
 	rwlocks    map[string]*RWLock
 	semaphores map[string]*Semaphore
+	leases     map[string]*Lease
 	rateLimits map[string]*RateLimit
 	// envoyNames and envoyDomains index EnvoyRateLimits by name and by
 	// domain.

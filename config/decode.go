@@ -53,6 +53,7 @@ var (
 			{Type: "latch", LabelNames: []string{"name"}},
 			{Type: "rwlock", LabelNames: []string{"name"}},
 			{Type: "semaphore", LabelNames: []string{"name"}},
+			{Type: "lease", LabelNames: []string{"name"}},
 			{Type: "redlock", LabelNames: []string{"name"}},
 			{Type: "rate_limit", LabelNames: []string{"name"}},
 			{Type: "envoy_rate_limit", LabelNames: []string{"name"}},
@@ -98,6 +99,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	d.cfg.latches = map[string]*Latch{}
 	d.cfg.rwlocks = map[string]*RWLock{}
 	d.cfg.semaphores = map[string]*Semaphore{}
+	d.cfg.leases = map[string]*Lease{}
 	d.cfg.rateLimits = map[string]*RateLimit{}
 	d.cfg.envoyNames = map[string]*EnvoyRateLimit{}
 	d.cfg.envoyDomains = map[string]*EnvoyRateLimit{}
@@ -128,6 +130,8 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 			d.decodeRWLock(b)
 		case "semaphore":
 			d.decodeSemaphore(b)
+		case "lease":
+			d.decodeLease(b)
 		case "redlock":
 			d.decodeRedlock(b)
 		case "rate_limit":

@@ -108,6 +108,9 @@ func TestExampleFile(t *testing.T) {
 				Starvation: &PolicyRef{Kind: policies.KindStarvation, Name: "writers_wasm"},
 				Retry:      &PolicyRef{Kind: policies.KindRetry, Name: "fast"}},
 		},
+		Leases: []*Lease{
+			{Name: "jobs", TTL: 30 * time.Second, MaxTTL: 30 * time.Second, Prefix: DefaultLeasePrefix},
+		},
 		RateLimits: []*RateLimit{
 			{Name: "checkout", Algorithm: SlidingWindow, Limit: 3, Window: time.Minute, Segments: 10,
 				Partition:  &PolicyRef{Kind: policies.KindPartition, Name: "tenant"},
@@ -156,8 +159,9 @@ func TestExampleFileInPlace(t *testing.T) {
 			t.Errorf("unexpected diagnostic:\n%s", render(t, cfg, diags))
 		}
 	}
-	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 6 || len(cfg.RateLimits) != 1 {
-		t.Errorf("locks %d, rwlocks %d, policies %d, rate limits %d; want 2, 1, 6 and 1", len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies), len(cfg.RateLimits))
+	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 6 || len(cfg.RateLimits) != 1 || len(cfg.Leases) != 1 {
+		t.Errorf("locks %d, rwlocks %d, policies %d, rate limits %d, leases %d; want 2, 1, 6, 1 and 1",
+			len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies), len(cfg.RateLimits), len(cfg.Leases))
 	}
 }
 

@@ -15,6 +15,7 @@ func TestKeyedNames(t *testing.T) {
 		"semaphore":  "capacity = 1\n  ttl = \"1s\"",
 		"redlock":    "addresses = [\"a:1\", \"b:1\", \"c:1\"]\n  ttl = \"1s\"",
 		"rate_limit": "algorithm = \"fixed_window\"\n  limit = 1\n  window = \"1s\"",
+		"lease":      `ttl = "1s"`,
 	}
 	for typ, body := range bodies {
 		for _, bad := range []struct{ name, frag string }{

@@ -135,3 +135,11 @@ rate_limit "checkout" {
   }
   idle_timeout = "5m"
 }
+
+# Named leases as fields of one hash, each field with its own expiry: a
+# worker leases the job it runs (the job's id is the field). A request gets
+# ttl unless it asks for a lease of its own, at most max_ttl (default: ttl).
+# Serving leases needs hash-field expiry: Redis 7.4 or newer.
+lease "jobs" {
+  ttl = "30s"
+}
