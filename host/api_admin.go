@@ -141,6 +141,10 @@ func (s adminService) ListPrimitives(ctx context.Context, req *connect.Request[c
 		add(coordhostv1.PrimitiveKind_PRIMITIVE_KIND_SEMAPHORE, c.Name, &coordhostv1.Primitive{Ttl: ttl(c.TTL), Limit: int64(c.Capacity)},
 			policyRole{"retry", c.Retry}, policyRole{"partition", c.Partition})
 	}
+	for _, c := range cfg.Leases {
+		add(coordhostv1.PrimitiveKind_PRIMITIVE_KIND_LEASE, c.Name, &coordhostv1.Primitive{Ttl: ttl(c.TTL)},
+			policyRole{"retry", c.Retry}, policyRole{"partition", c.Partition})
+	}
 	for _, c := range cfg.Latches {
 		add(coordhostv1.PrimitiveKind_PRIMITIVE_KIND_LATCH, c.Name, &coordhostv1.Primitive{},
 			policyRole{"retry", c.Retry}, policyRole{"partition", c.Partition})
@@ -203,6 +207,9 @@ func (s adminService) ListPolicies(ctx context.Context, _ *connect.Request[coord
 	}
 	for _, c := range cfg.Semaphores {
 		use("semaphore", c.Name, c.Retry, c.Partition)
+	}
+	for _, c := range cfg.Leases {
+		use("lease", c.Name, c.Retry, c.Partition)
 	}
 	for _, c := range cfg.Latches {
 		use("latch", c.Name, c.Retry, c.Partition)

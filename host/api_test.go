@@ -217,6 +217,11 @@ semaphore "pool" {
   capacity = 4
   ttl      = "none"
 }
+lease "jobs" {
+  ttl       = "30s"
+  max_ttl   = "5m"
+  partition = policy.partition.tenant
+}
 `)
 	h := newHost(t, path)
 	url, hc := apiServer(t, h)
@@ -233,13 +238,14 @@ semaphore "pool" {
 	for _, p := range lp.Msg.Primitives {
 		got = append(got, p.Kind.String()+" "+p.Name)
 	}
-	want := []string{"PRIMITIVE_KIND_LOCK a", "PRIMITIVE_KIND_LOCK b", "PRIMITIVE_KIND_SEMAPHORE pool",
+	want := []string{"PRIMITIVE_KIND_LOCK a", "PRIMITIVE_KIND_LOCK b", "PRIMITIVE_KIND_LEASE jobs", "PRIMITIVE_KIND_SEMAPHORE pool",
 		"PRIMITIVE_KIND_RATE_LIMIT api", "PRIMITIVE_KIND_RATE_LIMIT burst", "PRIMITIVE_KIND_RATE_LIMIT login", "PRIMITIVE_KIND_RATE_LIMIT x"}
 	if strings.Join(got, ",") != strings.Join(want, ",") || lp.Msg.Generation != 1 {
 		t.Fatalf("ListPrimitives: %v gen %d, want %v", got, lp.Msg.Generation, want)
 	}
-	b, pool, api, burst := lp.Msg.Primitives[1], lp.Msg.Primitives[2], lp.Msg.Primitives[3], lp.Msg.Primitives[4]
+	b, jobs, pool, api, burst := lp.Msg.Primitives[1], lp.Msg.Primitives[2], lp.Msg.Primitives[3], lp.Msg.Primitives[4], lp.Msg.Primitives[5]
 	if !b.Fencing || b.Ttl.AsDuration() != 10*time.Second || b.Policies["partition"] != "tenant" ||
+		jobs.Ttl.AsDuration() != 30*time.Second || jobs.Fencing || jobs.Policies["partition"] != "tenant" || len(jobs.Policies) != 1 ||
 		pool.Limit != 4 || pool.Ttl != nil ||
 		api.Limit != 3 || api.Window.AsDuration() != time.Hour || api.Algorithm != "sliding_window" || api.Ttl != nil ||
 		burst.Algorithm != "token_bucket" || burst.Window.AsDuration() != time.Hour {
@@ -248,6 +254,10 @@ semaphore "pool" {
 	lk, err := c.ListPrimitives(ctx, connect.NewRequest(&coordhostv1.ListPrimitivesRequest{Kind: coordhostv1.PrimitiveKind_PRIMITIVE_KIND_LOCK}))
 	if err != nil || len(lk.Msg.Primitives) != 2 {
 		t.Fatalf("ListPrimitives(lock): %v %v", lk, err)
+	}
+	ls, err := c.ListPrimitives(ctx, connect.NewRequest(&coordhostv1.ListPrimitivesRequest{Kind: coordhostv1.PrimitiveKind_PRIMITIVE_KIND_LEASE}))
+	if err != nil || len(ls.Msg.Primitives) != 1 || ls.Msg.Primitives[0].Name != "jobs" {
+		t.Fatalf("ListPrimitives(lease): %v %v", ls, err)
 	}
 	_, err = c.ListPrimitives(ctx, connect.NewRequest(&coordhostv1.ListPrimitivesRequest{Kind: 99}))
 	if d := errDetail(t, err); connect.CodeOf(err) != connect.CodeInvalidArgument || d == nil || d.Field != "kind" {
@@ -260,7 +270,7 @@ semaphore "pool" {
 	}
 	if len(pl.Msg.Policies) != 2 || pl.Msg.Policies[0].Name != "raw" || pl.Msg.Policies[1].Name != "tenant" ||
 		pl.Msg.Policies[1].Role != "partition" || pl.Msg.Policies[1].Driver != "builtin" ||
-		strings.Join(pl.Msg.Policies[1].UsedBy, ",") != "lock.b,rate_limit.api" || strings.Join(pl.Msg.Policies[0].UsedBy, ",") != "rate_limit.burst" {
+		strings.Join(pl.Msg.Policies[1].UsedBy, ",") != "lease.jobs,lock.b,rate_limit.api" || strings.Join(pl.Msg.Policies[0].UsedBy, ",") != "rate_limit.burst" {
 		t.Fatalf("ListPolicies: %v", pl.Msg.Policies)
 	}
 

@@ -28,6 +28,7 @@ type generation struct {
 	latches    map[string]*namedLatch
 	rwlocks    map[string]*namedRWLock
 	semaphores map[string]*namedSemaphore
+	leases     map[string]*namedLease
 	redlocks   map[string]*namedRedlock
 	rateLimits map[string]*namedRateLimit
 	waiter     *primitives.Waiter  // the one waiting connection every primitive of the generation shares
@@ -42,7 +43,7 @@ type generation struct {
 // build loads every policy and creates every named primitive; on error it
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
-	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, redlocks: map[string]*namedRedlock{}, rateLimits: map[string]*namedRateLimit{}}
+	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, leases: map[string]*namedLease{}, redlocks: map[string]*namedRedlock{}, rateLimits: map[string]*namedRateLimit{}}
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))
@@ -103,6 +104,13 @@ func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, er
 			return nil, fmt.Errorf("%s: %w", at(sc.Range), err)
 		}
 		g.semaphores[sc.Name] = l
+	}
+	for _, lc := range cfg.Leases {
+		l, err := g.newLease(h, lc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at(lc.Range), err)
+		}
+		g.leases[lc.Name] = l
 	}
 	for _, rc := range cfg.Redlocks {
 		r, err := g.newRedlock(h, rc)
@@ -215,6 +223,9 @@ func (g *generation) closeLockers() {
 		l.prim.Close()
 	}
 	for _, l := range g.semaphores {
+		l.prim.Close()
+	}
+	for _, l := range g.leases {
 		l.prim.Close()
 	}
 	for _, r := range g.redlocks {

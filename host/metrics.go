@@ -38,6 +38,7 @@ type metrics struct {
 	latch     *latchMetrics     // named latches (latchmetrics.go)
 	rwlock    *rwlockMetrics    // named rwlocks (rwlockmetrics.go)
 	semaphore *semaphoreMetrics // named semaphores (semaphoremetrics.go)
+	lease     *leaseMetrics     // named hash-field leases (leasemetrics.go)
 	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
 	ratelimit *rateLimitMetrics // named rate limits (ratelimitmetrics.go)
 	rls       *rlsMetrics       // the Envoy rate-limit service (rls.go)
@@ -121,6 +122,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		latch:     newLatchMetrics(),
 		rwlock:    newRWLockMetrics(),
 		semaphore: newSemaphoreMetrics(),
+		lease:     newLeaseMetrics(),
 		ratelimit: newRateLimitMetrics(),
 		rls:       newRLSMetrics(),
 	}
@@ -151,7 +153,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
-		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), append(append(m.redlock.collectors(), m.ratelimit.collectors()...), m.rls.collectors()...)...)...)
+		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.lease.collectors()...), append(append(m.redlock.collectors(), m.ratelimit.collectors()...), m.rls.collectors()...)...)...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

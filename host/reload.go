@@ -52,7 +52,7 @@ func (h *Host) Reload(ctx context.Context) error {
 	h.metrics.gen.Set(float64(n))
 	h.metrics.reloads.WithLabelValues("ok").Inc()
 	h.log.Info("configuration reloaded", "generation", n, "path", cfg.Path, "policies", len(cfg.Policies), "locks", len(cfg.Locks),
-		"rwlocks", len(cfg.RWLocks), "semaphores", len(cfg.Semaphores), "latches", len(cfg.Latches),
+		"rwlocks", len(cfg.RWLocks), "semaphores", len(cfg.Semaphores), "leases", len(cfg.Leases), "latches", len(cfg.Latches),
 		"redlocks", len(cfg.Redlocks), "rate_limits", len(cfg.RateLimits))
 	h.drains.Add(1)
 	go func() {
