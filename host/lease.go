@@ -93,15 +93,16 @@ func (l *Lease) Key(ctx context.Context, attrs map[string]string) (string, error
 // ttl; otherwise at least 1ms (rounded up to whole milliseconds) and at
 // most the configured max_ttl.
 //
-// Errors, all before anything is written: primitives.ErrInvalidOptions (a
-// nil ctx), primitives.ErrInvalidKey (an empty field), primitives.
-// ErrInvalidTTL (a negative ttl, one below 1ms, or one above max_ttl),
-// policies.ErrPartition (the partition policy gave no key),
+// Errors, all before anything is written: primitives.ErrInvalidOptions
+// (a nil ctx), primitives.ErrInvalidKey (an empty field),
+// primitives.ErrInvalidTTL (a negative ttl, one below 1ms, or one above
+// max_ttl), policies.ErrPartition (the partition policy gave no key),
 // primitives.ErrUnsupported (the server lacks hash-field expiry: Redis
 // 7.4 or newer needed), lease.ErrHashHasTTL, primitives.ErrWrongType,
 // lease.ErrNoClientPermission, ctx.Err(), ErrNoLease (removed by a
-// reload), ErrClosed. A lost reply is fenced and settled as
-// lease.Leases.TryAcquire says.
+// reload), ErrClosed. Bad input is refused before the partition policy is
+// asked. A lost reply is fenced and settled as lease.Leases.TryAcquire
+// says.
 func (l *Lease) TryAcquire(ctx context.Context, attrs map[string]string, field string, ttl time.Duration) (*lease.Lease, error) {
 	return l.observe(ctx, attrs, field, ttl, false, (*lease.Leases).TryAcquire)
 }
@@ -111,15 +112,15 @@ func (l *Lease) TryAcquire(ctx context.Context, attrs map[string]string, field s
 // consulting the configured retry policy between attempts, until ctx ends
 // (the error matches ctx.Err()) or the retry policy gives up (an error
 // matching primitives.ErrNotAcquired). ttl and the other errors are as in
-// TryAcquire.
+// TryAcquire; a waiter that a reload moves to the new configuration gets
+// its ttl (for ttl 0) and is held to its max_ttl.
 func (l *Lease) Acquire(ctx context.Context, attrs map[string]string, field string, ttl time.Duration) (*lease.Lease, error) {
 	return l.observe(ctx, attrs, field, ttl, true, (*lease.Leases).Acquire)
 }
 
 // observe runs one acquisition and counts it once, across the generations
 // it may move through (coordhost_lease_acquisitions_total,
-// coordhost_lease_wait_duration_seconds). Bad input is refused before the
-// partition policy is asked.
+// coordhost_lease_wait_duration_seconds).
 func (l *Lease) observe(ctx context.Context, attrs map[string]string, field string, ttl time.Duration, waits bool,
 	fn func(*lease.Leases, context.Context, string, string, time.Duration) (*lease.Lease, error)) (*lease.Lease, error) {
 	start := time.Now()
