@@ -49,6 +49,32 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration, mod
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: rwlock: nil context", primitives.ErrInvalidOptions)
 	}
+	r, err := l.derive(key, mode)
+	if err != nil {
+		return nil, err
+	}
+	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
+		return nil, fmt.Errorf("rwlock: %w", err)
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("rwlock %q: %w", r.key, primitives.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rwlock %q: %w", r.key, err)
+	}
+	r.token = rand.Text()
+	if mode == Write {
+		r.wid = rand.Text()
+	}
+	return r, nil
+}
+
+// derive returns a request for key in mode holding the keys and channel
+// every call on key uses: the lock's sorted set, its pending-writer key and
+// (tests only) the grant log, all in one slot. Errors match
+// primitives.ErrInvalidKey; nothing is sent. Acquisitions (prepare) and
+// Resume both derive their keys here.
+func (l *Locker) derive(key string, mode Mode) (*request, error) {
 	full, err := l.space.Key(key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rwlock: %w", primitives.ErrInvalidKey, err)
@@ -66,20 +92,13 @@ func (l *Locker) prepare(ctx context.Context, key string, ttl time.Duration, mod
 	if a, b := keys.Slot(r.key), keys.Slot(r.writers); a != b {
 		return nil, fmt.Errorf("%w: rwlock: %q (slot %d) and its pending-writer key %q (slot %d) are in different slots", primitives.ErrInvalidKey, r.key, a, r.writers, b)
 	}
-	if r.ttl, r.ms, err = handle.Millis(ttl); err != nil {
-		return nil, fmt.Errorf("rwlock: %w", err)
-	}
-	if l.isClosed() {
-		return nil, fmt.Errorf("rwlock %q: %w", r.key, primitives.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("rwlock %q: %w", r.key, err)
-	}
-	r.token = rand.Text()
-	if mode == Write {
-		r.wid = rand.Text()
-	}
 	return r, nil
+}
+
+// ops are the owner-checked operations of the lease r grants (or
+// resumes).
+func (r *request) ops() leaseOps {
+	return leaseOps{key: r.key, member: r.member(), channel: r.channel, mode: r.mode}
 }
 
 // Why an attempt was refused (the scripts' reason codes).
@@ -179,7 +198,7 @@ func (l *Locker) attempt(ctx context.Context, c wait.Conn, r *request, bound str
 		return nil, st, nil
 	}
 	ls := &Lease{mode: r.mode, granted: ints[1]}
-	ls.h.Init(l.client, l.clk, r.key, r.token, leaseOps{key: r.key, member: r.member(), channel: r.channel, mode: r.mode}, sent, r.ttl)
+	ls.h.Init(l.client, l.clk, r.key, r.token, r.ops(), sent, r.ttl)
 	if ls.h.Expired() {
 		// The grant arrived after the whole lease had run out locally.
 		l.settle(ctx, c, r)
