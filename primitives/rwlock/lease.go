@@ -46,9 +46,9 @@ func (l *Lease) Mode() Mode {
 }
 
 // GrantedAt returns the server's time when it granted the lease (the zero
-// Time for no grant).
+// Time for no grant, and for a lease rebuilt by Locker.Resume).
 func (l *Lease) GrantedAt() time.Time {
-	if l.core().Ops() == nil {
+	if l.core().Ops() == nil || l.granted == 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(l.granted)
