@@ -346,13 +346,9 @@ func (s *Semaphores) prepare(ctx context.Context, key string, capacity int, ttl 
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: semaphore: nil context", primitives.ErrInvalidOptions)
 	}
-	full, err := s.space.Key(key)
+	full, capKey, channel, err := s.keysOf(key)
 	if err != nil {
-		return nil, fmt.Errorf("semaphore: key: %w: %w", primitives.ErrInvalidKey, err)
-	}
-	capKey, err := s.space.Derived("semaphore-capacity", key)
-	if err != nil {
-		return nil, fmt.Errorf("semaphore %q: %w: %w", full, primitives.ErrInvalidKey, err)
+		return nil, err
 	}
 	if capacity < 1 || capacity > MaxCapacity {
 		return nil, fmt.Errorf("semaphore %q: %w, not %d", full, ErrInvalidCapacity, capacity)
@@ -369,7 +365,20 @@ func (s *Semaphores) prepare(ctx context.Context, key string, capacity int, ttl 
 	}
 	return &request{
 		key: full, capKey: capKey, capacity: capacity, capArg: strconv.Itoa(capacity),
-		ttl: local, ms: ms, forever: forever, token: rand.Text(),
-		channel: s.space.Channel("semaphore-rel", key),
+		ttl: local, ms: ms, forever: forever, token: rand.Text(), channel: channel,
 	}, nil
+}
+
+// keysOf returns the keys and channel every call on the semaphore key
+// uses: the permit set, its capacity key (in the set's cluster slot) and
+// the release channel. Errors match primitives.ErrInvalidKey; nothing is
+// sent. Acquisitions (prepare) and Resume both derive their keys here.
+func (s *Semaphores) keysOf(key string) (full, capKey, channel string, err error) {
+	if full, err = s.space.Key(key); err != nil {
+		return "", "", "", fmt.Errorf("semaphore: key: %w: %w", primitives.ErrInvalidKey, err)
+	}
+	if capKey, err = s.space.Derived("semaphore-capacity", key); err != nil {
+		return "", "", "", fmt.Errorf("semaphore %q: %w: %w", full, primitives.ErrInvalidKey, err)
+	}
+	return full, capKey, s.space.Channel("semaphore-rel", key), nil
 }
