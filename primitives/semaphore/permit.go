@@ -42,7 +42,8 @@ func (p *Permit) Key() string { return p.core().Key() }
 // sorted set).
 func (p *Permit) Token() string { return p.core().Token() }
 
-// Capacity returns the capacity the permit was taken with (0 for no grant).
+// Capacity returns the capacity the permit was taken with (0 for no grant;
+// for a permit rebuilt by Semaphores.Resume, the capacity it was given).
 func (p *Permit) Capacity() int {
 	if p == nil {
 		return 0
@@ -51,12 +52,14 @@ func (p *Permit) Capacity() int {
 }
 
 // NoExpiry reports whether the permit was taken with NoExpiry (and not
-// renewed since): it then expires only when released.
+// renewed since): it then expires only when released. For a permit rebuilt
+// by Semaphores.Resume it reports what Resume was given until a renewal.
 func (p *Permit) NoExpiry() bool { return p != nil && p.forever.Load() }
 
 // Remaining returns the local estimate of the time left, measured from
 // before the acquire (or last accepted renewal) was sent; MaxTTL for a
-// permit without expiry. Zero once lost or released.
+// permit without expiry. Zero once lost or released, and for a permit
+// rebuilt by Semaphores.Resume until a renewal is accepted.
 func (p *Permit) Remaining() time.Duration { return p.core().Remaining() }
 
 // Done is closed when the estimate runs out, ownership is lost or
