@@ -228,12 +228,9 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: lease: nil context", primitives.ErrInvalidOptions)
 	}
-	full, err := ls.space.Key(hashKey)
+	full, field, channel, err := ls.target(hashKey, field)
 	if err != nil {
-		return nil, fmt.Errorf("lease: hash key: %w: %w", primitives.ErrInvalidKey, err)
-	}
-	if field == "" {
-		return nil, fmt.Errorf("lease %q: %w: field is empty", full, primitives.ErrInvalidKey)
+		return nil, err
 	}
 	ttl, ms, err := handle.Millis(ttl)
 	if err != nil {
@@ -248,11 +245,23 @@ func (ls *Leases) prepare(ctx context.Context, hashKey, field string, ttl time.D
 	if err := ls.checkServer(ctx); err != nil {
 		return nil, err
 	}
-	field = string([]byte(field)) // own copy for asynchronous work
-	return &request{
-		key: full, field: field, ttl: ttl, ms: ms, token: rand.Text(),
-		channel: ls.space.Channel("lease-rel", strconv.Itoa(len(hashKey))+":"+hashKey+":"+field),
-	}, nil
+	return &request{key: full, field: field, ttl: ttl, ms: ms, token: rand.Text(), channel: channel}, nil
+}
+
+// target returns what every call on field of hashKey uses: the full hash
+// key, a copy of the field (own memory for asynchronous work) and the
+// field's release channel. Errors match primitives.ErrInvalidKey; nothing
+// is sent. Acquisitions (prepare) and Resume both derive them here.
+func (ls *Leases) target(hashKey, field string) (full, fieldCopy, channel string, err error) {
+	if full, err = ls.space.Key(hashKey); err != nil {
+		return "", "", "", fmt.Errorf("lease: hash key: %w: %w", primitives.ErrInvalidKey, err)
+	}
+	if field == "" {
+		return "", "", "", fmt.Errorf("lease %q: %w: field is empty", full, primitives.ErrInvalidKey)
+	}
+	fieldCopy = string([]byte(field))
+	channel = ls.space.Channel("lease-rel", strconv.Itoa(len(hashKey))+":"+hashKey+":"+fieldCopy)
+	return full, fieldCopy, channel, nil
 }
 
 // checkServer asks the server for HPEXPIRE/HPTTL, at most once per
