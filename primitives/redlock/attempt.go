@@ -62,25 +62,35 @@ func (g *Group) prepare(ctx context.Context, key string, ttl time.Duration) (*re
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: redlock: nil context", primitives.ErrInvalidOptions)
 	}
-	full, err := g.space.Key(key)
+	r, err := g.derive(key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: redlock: %w", primitives.ErrInvalidKey, err)
+		return nil, err
 	}
-	r := &request{key: full, channel: g.space.Channel("redlock-rel", key)}
 	if r.ttl, r.ms, r.validity, err = g.checkTTL(ttl); err != nil {
-		return nil, fmt.Errorf("redlock %q: %w", full, err)
+		return nil, fmt.Errorf("redlock %q: %w", r.key, err)
 	}
 	if g.isClosed() {
-		return nil, fmt.Errorf("redlock %q: %w", full, primitives.ErrClosed)
+		return nil, fmt.Errorf("redlock %q: %w", r.key, primitives.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("redlock %q: %w", full, err)
+		return nil, fmt.Errorf("redlock %q: %w", r.key, err)
 	}
 	if err := g.brokenErr(); err != nil {
 		return nil, err
 	}
 	r.token = rand.Text()
 	return r, nil
+}
+
+// derive returns a request holding the key and release channel every call
+// on key uses. Errors match primitives.ErrInvalidKey; nothing is sent.
+// Acquisitions (prepare) and Resume both derive them here.
+func (g *Group) derive(key string) (*request, error) {
+	full, err := g.space.Key(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: redlock: %w", primitives.ErrInvalidKey, err)
+	}
+	return &request{key: full, channel: g.space.Channel("redlock-rel", key)}, nil
 }
 
 // checkTTL rounds ttl up to whole milliseconds and checks it against
@@ -246,6 +256,11 @@ func (e *noQuorum) Unwrap() []error { return append([]error{ErrNoQuorum}, e.caus
 // sent: valid until sent + ttl - drift.
 func (g *Group) newLock(r *request, sent time.Time) *Lock {
 	l := &Lock{}
-	l.h.Init(g.nodes[0].client, g.clk, r.key, r.token, lockOps{g: g, key: r.key, channel: r.channel, token: r.token, st: &lockState{}}, sent, r.validity)
+	l.h.Init(g.nodes[0].client, g.clk, r.key, r.token, r.ops(g), sent, r.validity)
 	return l
+}
+
+// ops are the quorum operations of the lock r grants (or resumes) on g.
+func (r *request) ops(g *Group) lockOps {
+	return lockOps{g: g, key: r.key, channel: r.channel, token: r.token, st: &lockState{}}
 }
