@@ -2,11 +2,11 @@ package host
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
+	"github.com/coordhost/coordhost/primitives/redlock"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -67,11 +67,7 @@ func (s lockService) lockRequest(name string, kind coordhostv1.LockKind, attrs m
 		if err != nil {
 			return acquisition{}, err
 		}
-		t := ttl
-		if t == 0 {
-			t = l.TTL()
-		}
-		return acquisition{lease: lk, key: key, fence: lk.FencingToken(), ttl: t}, nil
+		return acquisition{lease: lk, key: key, fence: lk.FencingToken(), ttl: orTTL(ttl, l.TTL())}, nil
 	}, nil
 }
 
@@ -154,13 +150,24 @@ func (h *Host) configured(kind, name string) bool {
 		return g.rwlocks[name] != nil
 	case kindSemaphore:
 		return g.semaphores[name] != nil
+	case kindLease:
+		return g.leases[name] != nil
 	}
 	return false
 }
 
 // acquireRedlock is the acquire function of redlock name.
 func (h *Host) acquireRedlock(name string, attrs map[string]string) acquireFunc {
+	r := &Redlock{h: h, name: name}
 	return func(ctx context.Context, ttl time.Duration, try bool) (acquisition, error) {
-		return acquisition{}, fmt.Errorf("%w: redlocks are not served over the API yet: %q", ErrNoRedlock, name)
+		fn := (*redlock.Group).Acquire
+		if try {
+			fn = (*redlock.Group).TryAcquire
+		}
+		lk, key, err := r.observe(ctx, attrs, !try, ttl, fn)
+		if err != nil {
+			return acquisition{}, err
+		}
+		return acquisition{lease: lk, key: key, ttl: orTTL(ttl, r.TTL())}, nil
 	}
 }

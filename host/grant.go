@@ -248,7 +248,7 @@ func acquireWithin[T any](ctx context.Context, w apiWait, acquire func(context.C
 }
 
 // unconfigured lists the errors of a name no block of its kind has.
-var unconfigured = []error{ErrNoLock, ErrNoRedlock, ErrNoRWLock, ErrNoSemaphore, ErrNoLatch}
+var unconfigured = []error{ErrNoLock, ErrNoRedlock, ErrNoLease, ErrNoRWLock, ErrNoSemaphore, ErrNoLatch}
 
 // grantError maps an error of a grant operation (op "acquire", "renew",
 // "release") on name to a status. contended is the status of contention:
@@ -264,6 +264,8 @@ func grantError(ctx context.Context, op, name string, contended connect.Code, er
 		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "attributes", name, fmt.Errorf("attributes: %w", err))
 	case errors.Is(err, errBadGrant), errors.Is(err, primitives.ErrInvalidToken):
 		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "grant_id", name, fmt.Errorf("grant_id: %w", err))
+	case errors.Is(err, primitives.ErrInvalidTTL):
+		return apiError(connect.CodeInvalidArgument, coordhostv1.Reason_REASON_INVALID_FIELD, "ttl", name, fmt.Errorf("ttl: %w", err))
 	case errors.Is(err, primitives.ErrNotAcquired):
 		return apiError(contended, coordhostv1.Reason_REASON_CONTENDED, "", name, err)
 	case errors.Is(err, primitives.ErrUnsupported):

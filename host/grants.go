@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/rwlock"
 )
 
 // grantReleaseTimeout bounds a release the daemon makes on its own
@@ -137,24 +139,62 @@ func (h *Host) resume(r *grantRef) (*held, error) {
 	var err error
 	switch r.Kind {
 	case kindLock:
-		l, err = withNamed(h, kindLock, r.Name, ErrNoLock, (&Lock{h: h, name: r.Name}).lookup,
-			func(n *namedLock) (primitives.Lease, error) {
-				if err := n.ownsKey(r.Key); err != nil {
-					return nil, err
-				}
-				lk, err := n.prim.Resume(r.Key, r.Token, r.Fence)
-				if err != nil {
-					return nil, fmt.Errorf("%w: %w", errBadGrant, err)
-				}
-				return lk, nil
-			})
+		l, err = resumeOn(h, r, ErrNoLock, (&Lock{h: h, name: r.Name}).lookup, func(n *namedLock) (primitives.Lease, error) {
+			return asLease(n.prim.Resume(r.Key, r.Token, r.Fence))
+		})
+	case kindRedlock:
+		l, err = resumeOn(h, r, ErrNoRedlock, (&Redlock{h: h, name: r.Name}).lookup, func(n *namedRedlock) (primitives.Lease, error) {
+			return asLease(n.prim.Resume(r.Key, r.Token))
+		})
+	case kindRWLock:
+		mode := rwlock.Read
+		if r.Mode == modeWrite {
+			mode = rwlock.Write
+		}
+		l, err = resumeOn(h, r, ErrNoRWLock, (&RWLock{h: h, name: r.Name}).lookup, func(n *namedRWLock) (primitives.Lease, error) {
+			return asLease(n.prim.Resume(r.Key, r.Token, mode))
+		})
+	case kindSemaphore:
+		l, err = resumeOn(h, r, ErrNoSemaphore, (&Semaphore{h: h, name: r.Name}).lookup, func(n *namedSemaphore) (primitives.Lease, error) {
+			return asLease(n.prim.Resume(r.Key, r.Token, n.cfg.Capacity, false))
+		})
+	case kindLease:
+		l, err = resumeOn(h, r, ErrNoLease, (&Lease{h: h, name: r.Name}).lookup, func(n *namedLease) (primitives.Lease, error) {
+			return asLease(n.prim.Resume(r.Key, r.Field, r.Token))
+		})
 	default:
-		err = fmt.Errorf("%w: grants of kind %q cannot be renewed or released yet", errBadGrant, r.Kind)
+		err = fmt.Errorf("%w: unknown kind %q", errBadGrant, r.Kind)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &held{ref: r, lease: l}, nil
+}
+
+// resumeOn runs a kind's Resume (fn) on the named primitive of r's name,
+// once r's key is found to be one the block makes; a Resume's refusal is
+// errBadGrant.
+func resumeOn[C any, P io.Closer](h *Host, r *grantRef, errNone error, lookup func(*generation) *named[C, P],
+	fn func(*named[C, P]) (primitives.Lease, error)) (primitives.Lease, error) {
+	return withNamed(h, r.Kind, r.Name, errNone, lookup, func(n *named[C, P]) (primitives.Lease, error) {
+		if err := n.ownsKey(r.Key); err != nil {
+			return nil, err
+		}
+		l, err := fn(n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadGrant, err)
+		}
+		return l, nil
+	})
+}
+
+// asLease returns a Resume's handle as a primitives.Lease: nil (not a
+// typed nil) with an error.
+func asLease[L primitives.Lease](l L, err error) (primitives.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // errBadGrant is a grant id that parses but does not fit the block its

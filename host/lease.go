@@ -104,7 +104,8 @@ func (l *Lease) Key(ctx context.Context, attrs map[string]string) (string, error
 // asked. A lost reply is fenced and settled as lease.Leases.TryAcquire
 // says.
 func (l *Lease) TryAcquire(ctx context.Context, attrs map[string]string, field string, ttl time.Duration) (*lease.Lease, error) {
-	return l.observe(ctx, attrs, field, ttl, false, (*lease.Leases).TryAcquire)
+	got, _, err := l.observe(ctx, attrs, field, ttl, false, (*lease.Leases).TryAcquire)
+	return got, err
 }
 
 // Acquire takes field of the hash for attrs, waiting while another owner
@@ -115,15 +116,18 @@ func (l *Lease) TryAcquire(ctx context.Context, attrs map[string]string, field s
 // TryAcquire; a waiter that a reload moves to the new configuration gets
 // its ttl (for ttl 0) and is held to its max_ttl.
 func (l *Lease) Acquire(ctx context.Context, attrs map[string]string, field string, ttl time.Duration) (*lease.Lease, error) {
-	return l.observe(ctx, attrs, field, ttl, true, (*lease.Leases).Acquire)
+	got, _, err := l.observe(ctx, attrs, field, ttl, true, (*lease.Leases).Acquire)
+	return got, err
 }
 
-// observe runs one acquisition and counts it once, across the generations
-// it may move through (coordhost_lease_acquisitions_total,
+// observe runs one acquisition and returns the lease and its hash key
+// (below the prefix). It is counted once, across the generations it may
+// move through (coordhost_lease_acquisitions_total,
 // coordhost_lease_wait_duration_seconds).
 func (l *Lease) observe(ctx context.Context, attrs map[string]string, field string, ttl time.Duration, waits bool,
-	fn func(*lease.Leases, context.Context, string, string, time.Duration) (*lease.Lease, error)) (*lease.Lease, error) {
+	fn func(*lease.Leases, context.Context, string, string, time.Duration) (*lease.Lease, error)) (*lease.Lease, string, error) {
 	start := time.Now()
+	var key string
 	got, err := withNamed(l.h, "lease", l.name, ErrNoLease, l.lookup, func(n *namedLease) (*lease.Lease, error) {
 		if ctx == nil {
 			return nil, fmt.Errorf("lease %q: %w: nil context", l.name, primitives.ErrInvalidOptions)
@@ -135,14 +139,13 @@ func (l *Lease) observe(ctx context.Context, attrs map[string]string, field stri
 		if err != nil {
 			return nil, err
 		}
-		key, err := n.key(ctx, attrs)
-		if err != nil {
+		if key, err = n.key(ctx, attrs); err != nil {
 			return nil, err
 		}
 		return fn(n.prim, ctx, key, field, ttl)
 	})
 	l.h.metrics.lease.observeAcquire(ctx, l.name, waits, time.Since(start), err)
-	return got, err
+	return got, key, err
 }
 
 // leaseTTL is the lease a request for ttl gets under block c: c.TTL for

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -124,29 +125,34 @@ func (r *Redlock) Key(ctx context.Context, attrs map[string]string) (string, err
 // Acquire waits for the redlock for the configured TTL, consulting the
 // configured retry policy between attempts.
 func (r *Redlock) Acquire(ctx context.Context, attrs map[string]string) (*redlock.Lock, error) {
-	return r.observe(ctx, attrs, true, (*redlock.Group).Acquire)
+	got, _, err := r.observe(ctx, attrs, true, 0, (*redlock.Group).Acquire)
+	return got, err
 }
 
 // TryAcquire makes one attempt.
 func (r *Redlock) TryAcquire(ctx context.Context, attrs map[string]string) (*redlock.Lock, error) {
-	return r.observe(ctx, attrs, false, (*redlock.Group).TryAcquire)
+	got, _, err := r.observe(ctx, attrs, false, 0, (*redlock.Group).TryAcquire)
+	return got, err
 }
 
-// observe runs one acquisition and counts it once, across the generations
-// it may move through (coordhost_redlock_acquisitions_total,
+// observe runs one acquisition for ttl (0: the configured TTL) and
+// returns the lock and its key (below the prefix). It is counted once,
+// across the generations it may move through
+// (coordhost_redlock_acquisitions_total,
 // coordhost_redlock_wait_duration_seconds).
-func (r *Redlock) observe(ctx context.Context, attrs map[string]string, waits bool,
-	fn func(*redlock.Group, context.Context, string, time.Duration) (*redlock.Lock, error)) (*redlock.Lock, error) {
+func (r *Redlock) observe(ctx context.Context, attrs map[string]string, waits bool, ttl time.Duration,
+	fn func(*redlock.Group, context.Context, string, time.Duration) (*redlock.Lock, error)) (*redlock.Lock, string, error) {
 	start := time.Now()
+	var key string
 	got, err := withNamed(r.h, "redlock", r.name, ErrNoRedlock, r.lookup, func(n *namedRedlock) (*redlock.Lock, error) {
-		key, err := n.key(ctx, attrs)
-		if err != nil {
+		var err error
+		if key, err = n.key(ctx, attrs); err != nil {
 			return nil, err
 		}
-		return fn(n.prim.Group, ctx, key, n.cfg.TTL)
+		return fn(n.prim.Group, ctx, key, cmp.Or(ttl, n.cfg.TTL))
 	})
 	r.h.metrics.redlock.observeAcquire(ctx, r.name, waits, time.Since(start), err)
-	return got, err
+	return got, key, err
 }
 
 // newRedlock builds a configured redlock: a client per node address (with

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,42 +72,49 @@ func (l *RWLock) Key(ctx context.Context, attrs map[string]string) (string, erro
 // AcquireRead waits for a read lease for the configured TTL, consulting
 // the configured retry policy between attempts.
 func (l *RWLock) AcquireRead(ctx context.Context, attrs map[string]string) (*rwlock.Lease, error) {
-	return l.observe(ctx, attrs, rwlock.Read, true, (*rwlock.Locker).AcquireRead)
+	got, _, err := l.observe(ctx, attrs, rwlock.Read, true, 0, (*rwlock.Locker).AcquireRead)
+	return got, err
 }
 
 // TryAcquireRead makes one attempt at a read lease.
 func (l *RWLock) TryAcquireRead(ctx context.Context, attrs map[string]string) (*rwlock.Lease, error) {
-	return l.observe(ctx, attrs, rwlock.Read, false, (*rwlock.Locker).TryAcquireRead)
+	got, _, err := l.observe(ctx, attrs, rwlock.Read, false, 0, (*rwlock.Locker).TryAcquireRead)
+	return got, err
 }
 
 // AcquireWrite waits for the write lease for the configured TTL,
 // consulting the configured starvation policy (how long it lets new
 // readers in) and retry policy while it waits.
 func (l *RWLock) AcquireWrite(ctx context.Context, attrs map[string]string) (*rwlock.Lease, error) {
-	return l.observe(ctx, attrs, rwlock.Write, true, (*rwlock.Locker).AcquireWrite)
+	got, _, err := l.observe(ctx, attrs, rwlock.Write, true, 0, (*rwlock.Locker).AcquireWrite)
+	return got, err
 }
 
 // TryAcquireWrite makes one attempt at the write lease.
 func (l *RWLock) TryAcquireWrite(ctx context.Context, attrs map[string]string) (*rwlock.Lease, error) {
-	return l.observe(ctx, attrs, rwlock.Write, false, (*rwlock.Locker).TryAcquireWrite)
+	got, _, err := l.observe(ctx, attrs, rwlock.Write, false, 0, (*rwlock.Locker).TryAcquireWrite)
+	return got, err
 }
 
-// observe runs one acquisition and counts it once, across the generations
-// it may move through (coordhost_rwlock_acquisitions_total,
+// observe runs one acquisition for ttl (0: the configured TTL) and
+// returns the lease and its key (below the prefix). It is counted once,
+// across the generations it may move through
+// (coordhost_rwlock_acquisitions_total,
 // coordhost_rwlock_wait_duration_seconds). Renewals, releases and losses
 // are reported by the Locker's observer (rwlockObs).
-func (l *RWLock) observe(ctx context.Context, attrs map[string]string, mode rwlock.Mode, waits bool,
-	fn func(*rwlock.Locker, context.Context, string, time.Duration) (*rwlock.Lease, error)) (*rwlock.Lease, error) {
+func (l *RWLock) observe(ctx context.Context, attrs map[string]string, mode rwlock.Mode, waits bool, ttl time.Duration,
+	fn func(*rwlock.Locker, context.Context, string, time.Duration) (*rwlock.Lease, error)) (*rwlock.Lease, string, error) {
 	start := time.Now()
+	var key string
 	got, err := withNamed(l.h, "rwlock", l.name, ErrNoRWLock, l.lookup, func(n *namedRWLock) (*rwlock.Lease, error) {
-		key, err := n.key(ctx, attrs)
-		if err != nil {
+		var err error
+		if key, err = n.key(ctx, attrs); err != nil {
 			return nil, err
 		}
-		return fn(n.prim, ctx, key, n.cfg.TTL)
+		return fn(n.prim, ctx, key, cmp.Or(ttl, n.cfg.TTL))
 	})
 	l.h.metrics.rwlock.observeAcquire(ctx, l.name, mode, waits, time.Since(start), err)
-	return got, err
+	return got, key, err
 }
 
 // newRWLock builds one generation's Locker for rc, with its policies.

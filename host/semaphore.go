@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,31 +91,36 @@ func (s *Semaphore) Key(ctx context.Context, attrs map[string]string) (string, e
 // with another capacity, policies.ErrPartition when the partition policy
 // fails, ErrClosed once the Host is closed.
 func (s *Semaphore) Acquire(ctx context.Context, attrs map[string]string) (*semaphore.Permit, error) {
-	return s.observe(ctx, attrs, true, (*semaphore.Semaphores).Acquire)
+	got, _, err := s.observe(ctx, attrs, true, 0, (*semaphore.Semaphores).Acquire)
+	return got, err
 }
 
 // TryAcquire makes one attempt at a permit, as Acquire but never waiting:
 // a full semaphore fails with an error matching primitives.ErrNotAcquired.
 func (s *Semaphore) TryAcquire(ctx context.Context, attrs map[string]string) (*semaphore.Permit, error) {
-	return s.observe(ctx, attrs, false, (*semaphore.Semaphores).TryAcquire)
+	got, _, err := s.observe(ctx, attrs, false, 0, (*semaphore.Semaphores).TryAcquire)
+	return got, err
 }
 
-// observe runs one acquisition and counts it once, across the generations
-// it may move through (coordhost_semaphore_acquisitions_total,
+// observe runs one acquisition for ttl (0: the configured ttl) and
+// returns the permit and its key (below the prefix). It is counted once,
+// across the generations it may move through
+// (coordhost_semaphore_acquisitions_total,
 // coordhost_semaphore_wait_duration_seconds). Renewals, releases and
 // losses are reported by the Semaphores' observer (semaphoreObs).
-func (s *Semaphore) observe(ctx context.Context, attrs map[string]string, waits bool,
-	fn func(*semaphore.Semaphores, context.Context, string, int, time.Duration) (*semaphore.Permit, error)) (*semaphore.Permit, error) {
+func (s *Semaphore) observe(ctx context.Context, attrs map[string]string, waits bool, ttl time.Duration,
+	fn func(*semaphore.Semaphores, context.Context, string, int, time.Duration) (*semaphore.Permit, error)) (*semaphore.Permit, string, error) {
 	start := time.Now()
+	var key string
 	got, err := withNamed(s.h, "semaphore", s.name, ErrNoSemaphore, s.lookup, func(n *namedSemaphore) (*semaphore.Permit, error) {
-		key, err := n.key(ctx, attrs)
-		if err != nil {
+		var err error
+		if key, err = n.key(ctx, attrs); err != nil {
 			return nil, err
 		}
-		return fn(n.prim, ctx, key, n.cfg.Capacity, n.cfg.TTL)
+		return fn(n.prim, ctx, key, n.cfg.Capacity, cmp.Or(ttl, n.cfg.TTL))
 	})
 	s.h.metrics.semaphore.observeAcquire(ctx, s.name, waits, time.Since(start), err)
-	return got, err
+	return got, key, err
 }
 
 // newSemaphore builds one generation's Semaphores for the semaphore block
