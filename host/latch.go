@@ -24,9 +24,9 @@ var ErrNoLatch = errors.New("host: no such latch")
 // generation is looked for under the new one, and is not found there).
 //
 // The retry policy of the block retries reads (Join, Count and a waiter's
-// re-reads) after transient errors; writes (Create, Reset, CountDown) are
-// never retried, since a retried write can take effect twice (package
-// latch). Safe for concurrent use.
+// re-reads) after transient errors; writes (Create, Reset, CountDown,
+// Delete) are never retried, since a retried write can take effect twice
+// (package latch). Safe for concurrent use.
 type Latch struct {
 	h    *Host
 	name string
@@ -69,26 +69,36 @@ func (l *Latch) Key(ctx context.Context, attrs map[string]string) (string, error
 // Create starts the latch for attrs with count (latch.Latches.Create: it
 // fails with latch.ErrExists where a latch is).
 func (l *Latch) Create(ctx context.Context, attrs map[string]string, count int64) (*latch.Latch, error) {
-	return l.set(ctx, attrs, opCreate, count, (*latch.Latches).Create)
+	got, _, err := l.set(ctx, attrs, opCreate, count, (*latch.Latches).Create)
+	return got, err
 }
 
 // Reset starts a new generation of the latch for attrs with count,
 // replacing any (latch.Latches.Reset).
 func (l *Latch) Reset(ctx context.Context, attrs map[string]string, count int64) (*latch.Latch, error) {
-	return l.set(ctx, attrs, opReset, count, (*latch.Latches).Reset)
+	got, _, err := l.set(ctx, attrs, opReset, count, (*latch.Latches).Reset)
+	return got, err
 }
 
+// set runs a Create or Reset; ttl is the lifetime the write gave the key,
+// as the configuration it ran in says (latch.NoExpiry for none).
 func (l *Latch) set(ctx context.Context, attrs map[string]string, op latchOp, count int64,
-	fn func(*latch.Latches, context.Context, string, int64) (*latch.Latch, error)) (*latch.Latch, error) {
+	fn func(*latch.Latches, context.Context, string, int64) (*latch.Latch, error)) (_ *latch.Latch, ttl time.Duration, _ error) {
 	got, err := withNamed(l.h, "latch", l.name, ErrNoLatch, l.lookup, func(n *namedLatch) (*latch.Latch, error) {
 		key, err := n.key(ctx, attrs)
 		if err != nil {
 			return nil, err
 		}
+		switch ttl = n.cfg.TTL; ttl {
+		case 0:
+			ttl = latch.DefaultTTL
+		case config.LatchNoExpiry:
+			ttl = latch.NoExpiry
+		}
 		return fn(n.prim, ctx, key, count)
 	})
 	l.h.metrics.latch.observe(ctx, l.name, op, 0, err)
-	return got, err
+	return got, ttl, err
 }
 
 // Join returns the current generation of the latch for attrs
@@ -131,6 +141,59 @@ func (l *Latch) Wait(ctx context.Context, attrs map[string]string, generation st
 	start := time.Now()
 	ok, err := onGeneration(l, ctx, attrs, generation, (*latch.Latch).Wait)
 	l.h.metrics.latch.observeWait(ctx, l.name, ok, time.Since(start), err)
+	return ok, err
+}
+
+// ErrLatchChanged means that a call on whatever generation a latch holds
+// (Delete with no generation; LatchService's Join and Count read the
+// current generation the same way) found that generation replaced before
+// it could act on it, every time it tried: the latch is being reset
+// faster than the call could catch up. Nothing was deleted; try again.
+var ErrLatchChanged = errors.New("host: the latch changed under every attempt")
+
+// latchAttempts bounds the read-then-write rounds of a call on whatever
+// generation a latch holds.
+const latchAttempts = 8
+
+// Delete deletes the latch for attrs and wakes its waiters (they return
+// false), and reports whether it deleted. With a generation, only while
+// that generation is the latch's (latch.Latch.Delete); with "", whatever
+// generation is there: it joins the latch and deletes the generation it
+// found, again when another replaced it in between (then ErrLatchChanged
+// after 8 rounds). No latch there: false, no error. Never retried: when
+// the reply is lost the error matches primitives.ErrUncertain. Other
+// errors as for Join.
+func (l *Latch) Delete(ctx context.Context, attrs map[string]string, generation string) (bool, error) {
+	var ok bool
+	var err error
+	if generation != "" {
+		ok, err = onGeneration(l, ctx, attrs, generation, (*latch.Latch).Delete)
+	} else {
+		ok, err = withNamed(l.h, "latch", l.name, ErrNoLatch, l.lookup, func(n *namedLatch) (bool, error) {
+			key, err := n.key(ctx, attrs)
+			if err != nil {
+				return false, err
+			}
+			for range latchAttempts {
+				h, err := n.prim.Join(ctx, key)
+				if errors.Is(err, latch.ErrNotFound) {
+					return false, nil
+				}
+				if err != nil {
+					return false, err
+				}
+				if ok, err := h.Delete(ctx); ok || err != nil {
+					return ok, err
+				}
+			}
+			return false, fmt.Errorf("%w: latch %q", ErrLatchChanged, key)
+		})
+	}
+	n := int64(-1)
+	if ok {
+		n = 1
+	}
+	l.h.metrics.latch.observe(ctx, l.name, opDelete, n, err)
 	return ok, err
 }
 

@@ -20,6 +20,7 @@ const (
 	opJoin      latchOp = "join"
 	opCountDown latchOp = "count_down"
 	opCount     latchOp = "count"
+	opDelete    latchOp = "delete"
 )
 
 // The outcome label values of coordhost_latch_operations_total, per op
@@ -30,6 +31,7 @@ var latchOutcomes = map[latchOp][]string{
 	opJoin:      {"joined", "not_found"},
 	opCountDown: {"counted", "completed", "not_current", "already_complete"},
 	opCount:     {"counted", "not_current"},
+	opDelete:    {"deleted", "not_current"},
 }
 
 var latchErrorOutcomes = []string{"cancelled", "deadline_exceeded", "closed", "partition_failed", "uncertain", "error"}
@@ -45,7 +47,7 @@ func newLatchMetrics() *latchMetrics {
 	return &latchMetrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordhost_latch_operations_total",
-			Help: "Calls on named countdown latches other than wait (create, reset, join, count_down, count), by latch, op and outcome.",
+			Help: "Calls on named countdown latches other than wait (create, reset, join, count_down, count, delete), by latch, op and outcome.",
 		}, []string{"latch", "op", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "coordhost_latch_wait_duration_seconds",
@@ -74,7 +76,7 @@ func (m *latchMetrics) declare(name string) {
 }
 
 // observe counts one call of op on the latch name; n is CountDown's or
-// Count's result.
+// Count's result, or Delete's: 1 deleted, -1 not.
 func (m *latchMetrics) observe(ctx context.Context, name string, op latchOp, n int64, err error) {
 	outcome := latchErrorOutcome(ctx, err)
 	if outcome == "" {
@@ -93,6 +95,8 @@ func (m *latchMetrics) observe(ctx context.Context, name string, op latchOp, n i
 			outcome = "joined"
 		case n < 0:
 			outcome = "not_current"
+		case op == opDelete:
+			outcome = "deleted"
 		case op == opCountDown && n == 0:
 			outcome = "completed"
 		default:
