@@ -30,8 +30,11 @@ type LatchState struct {
 	// The remaining count; 0 once the generation completed.
 	Count int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	// When the latch's key expires unless changed again (every Create, Reset
-	// and CountDown extends it by the block's ttl), on the Redis server's
-	// clock; unset for a block with ttl = "none".
+	// and CountDown extends it by the block's ttl). Set by Create and Reset:
+	// the daemon's estimate on its own clock, the moment just before it sent
+	// the write plus the block's ttl, so never later than the expiry Redis
+	// set. Unset for a block with ttl = "none", and in Join's answer (the
+	// daemon does not know when the latch last changed).
 	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -94,7 +97,8 @@ type CreateLatchRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Inputs of the block's partition policy, which chooses the key.
 	Attributes map[string]string `protobuf:"bytes,2,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// The initial count: at least 1, else INVALID_ARGUMENT naming "count".
+	// The initial count: from 1 to 9007199254740991 (2^53 - 1), else
+	// INVALID_ARGUMENT naming "count".
 	Count         int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -365,7 +369,7 @@ type CountDownLatchResponse struct {
 	// expired): nothing was decremented.
 	Current bool `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
 	// The count after the decrement; 0 when it completed the generation (or it
-	// had completed before). Meaningless when current is false.
+	// had completed before), and 0 when current is false.
 	Count         int64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -421,8 +425,8 @@ type ResetLatchRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Inputs of the block's partition policy.
 	Attributes map[string]string `protobuf:"bytes,2,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// The new generation's count: at least 1, else INVALID_ARGUMENT naming
-	// "count".
+	// The new generation's count: from 1 to 9007199254740991 (2^53 - 1),
+	// else INVALID_ARGUMENT naming "count".
 	Count         int64 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -530,7 +534,8 @@ type CountLatchRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Inputs of the block's partition policy.
 	Attributes map[string]string `protobuf:"bytes,2,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// The generation to read; empty: the current one.
+	// The generation to read; empty: the current one (count then reads with
+	// current = true).
 	Generation    string `protobuf:"bytes,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -816,7 +821,7 @@ func (x *WaitLatchRequest) GetGeneration() string {
 
 type WaitLatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The remaining count as last read.
+	// The remaining count as last read (0 once completed; never below 0).
 	Count int64 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
 	// True on the last response of the stream.
 	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`

@@ -58,21 +58,29 @@ type LatchServiceClient interface {
 	// (REASON_LATCH_NOT_FOUND) when there is no latch (never created, deleted,
 	// or expired).
 	Join(context.Context, *connect.Request[v1.JoinLatchRequest]) (*connect.Response[v1.JoinLatchResponse], error)
-	// CountDown decrements the generation's count by one, never below zero.
+	// CountDown decrements the generation's count by one, never below zero:
+	// on a generation that has already completed it writes nothing and
+	// answers current = true, count 0.
 	CountDown(context.Context, *connect.Request[v1.CountDownLatchRequest]) (*connect.Response[v1.CountDownLatchResponse], error)
 	// Reset starts a new generation with a new count, whatever is there
 	// (creating the latch if needed). Waiters of the replaced generation get
 	// completed = false, unless it had completed.
 	Reset(context.Context, *connect.Request[v1.ResetLatchRequest]) (*connect.Response[v1.ResetLatchResponse], error)
-	// Count reads the generation's remaining count.
+	// Count reads the generation's remaining count; without a generation,
+	// the current one's (NOT_FOUND, REASON_LATCH_NOT_FOUND, when there is no
+	// latch).
 	Count(context.Context, *connect.Request[v1.CountLatchRequest]) (*connect.Response[v1.CountLatchResponse], error)
 	// Delete ends the latch early: its waiters get completed = false.
 	Delete(context.Context, *connect.Request[v1.DeleteLatchRequest]) (*connect.Response[v1.DeleteLatchResponse], error)
 	// Wait streams until the generation completes or ends. The first response
-	// comes at once with the count as read (the wait is registered by then);
-	// the daemon may repeat it while waiting, so that proxies see traffic on a
-	// long wait; the last one has done = true, after which the stream ends
-	// with OK. The call's deadline bounds the wait (DEADLINE_EXCEEDED).
+	// comes at once with the count as read; every change after that read is
+	// seen by the wait (it re-reads the latch after registering with the
+	// daemon's notifications). While waiting the daemon repeats the response
+	// with a fresh count (every 15 s by default), so that proxies see traffic
+	// on a long wait; the last one has done = true, after which the stream
+	// ends with OK (a generation already finished gets only that one). The
+	// call's deadline bounds the wait (DEADLINE_EXCEEDED); a daemon that shuts
+	// down ends it with UNAVAILABLE: wait again, at another daemon.
 	Wait(context.Context, *connect.Request[v1.WaitLatchRequest]) (*connect.ServerStreamForClient[v1.WaitLatchResponse], error)
 }
 
@@ -189,21 +197,29 @@ type LatchServiceHandler interface {
 	// (REASON_LATCH_NOT_FOUND) when there is no latch (never created, deleted,
 	// or expired).
 	Join(context.Context, *connect.Request[v1.JoinLatchRequest]) (*connect.Response[v1.JoinLatchResponse], error)
-	// CountDown decrements the generation's count by one, never below zero.
+	// CountDown decrements the generation's count by one, never below zero:
+	// on a generation that has already completed it writes nothing and
+	// answers current = true, count 0.
 	CountDown(context.Context, *connect.Request[v1.CountDownLatchRequest]) (*connect.Response[v1.CountDownLatchResponse], error)
 	// Reset starts a new generation with a new count, whatever is there
 	// (creating the latch if needed). Waiters of the replaced generation get
 	// completed = false, unless it had completed.
 	Reset(context.Context, *connect.Request[v1.ResetLatchRequest]) (*connect.Response[v1.ResetLatchResponse], error)
-	// Count reads the generation's remaining count.
+	// Count reads the generation's remaining count; without a generation,
+	// the current one's (NOT_FOUND, REASON_LATCH_NOT_FOUND, when there is no
+	// latch).
 	Count(context.Context, *connect.Request[v1.CountLatchRequest]) (*connect.Response[v1.CountLatchResponse], error)
 	// Delete ends the latch early: its waiters get completed = false.
 	Delete(context.Context, *connect.Request[v1.DeleteLatchRequest]) (*connect.Response[v1.DeleteLatchResponse], error)
 	// Wait streams until the generation completes or ends. The first response
-	// comes at once with the count as read (the wait is registered by then);
-	// the daemon may repeat it while waiting, so that proxies see traffic on a
-	// long wait; the last one has done = true, after which the stream ends
-	// with OK. The call's deadline bounds the wait (DEADLINE_EXCEEDED).
+	// comes at once with the count as read; every change after that read is
+	// seen by the wait (it re-reads the latch after registering with the
+	// daemon's notifications). While waiting the daemon repeats the response
+	// with a fresh count (every 15 s by default), so that proxies see traffic
+	// on a long wait; the last one has done = true, after which the stream
+	// ends with OK (a generation already finished gets only that one). The
+	// call's deadline bounds the wait (DEADLINE_EXCEEDED); a daemon that shuts
+	// down ends it with UNAVAILABLE: wait again, at another daemon.
 	Wait(context.Context, *connect.Request[v1.WaitLatchRequest], *connect.ServerStream[v1.WaitLatchResponse]) error
 }
 
