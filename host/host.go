@@ -49,6 +49,12 @@ type Options struct {
 	// (ServerHazards, logged as warnings): for short-lived commands that
 	// would repeat it on every run. The daemon checks.
 	SkipServerCheck bool
+	// WaitHeartbeat is how often a LatchService.Wait stream repeats the
+	// count while it waits, so that proxies and load balancers in front
+	// of the daemon see traffic on a long wait; 0 means
+	// DefaultWaitHeartbeat, and anything shorter than
+	// MinWaitHeartbeat means MinWaitHeartbeat.
+	WaitHeartbeat time.Duration
 }
 
 // Host is a running configuration. Safe for concurrent use.
@@ -87,6 +93,10 @@ func New(ctx context.Context, cfg *config.Config, opts Options) (_ *Host, err er
 	if h.opts.DrainTimeout <= 0 {
 		h.opts.DrainTimeout = DefaultDrainTimeout
 	}
+	if h.opts.WaitHeartbeat <= 0 {
+		h.opts.WaitHeartbeat = DefaultWaitHeartbeat
+	}
+	h.opts.WaitHeartbeat = max(h.opts.WaitHeartbeat, MinWaitHeartbeat)
 	reg := opts.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()

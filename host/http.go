@@ -57,14 +57,15 @@ func (h *Host) apiHandlers() map[string]http.Handler {
 	ep, eh := coordhostv1connect.NewLeaseServiceHandler(leaseService{h}, opt)
 	wp, wh := coordhostv1connect.NewRWLockServiceHandler(rwlockService{h}, opt)
 	mp, mh := coordhostv1connect.NewSemaphoreServiceHandler(semaphoreService{h}, opt)
+	xp, xh := coordhostv1connect.NewLatchServiceHandler(latchService{h}, opt)
 	hp, hh := grpchealth.NewHandler(healthChecker{h})
-	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, lp: lh, ep: eh, wp: wh, mp: mh, hp: hh}
+	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, lp: lh, ep: eh, wp: wh, mp: mh, xp: xh, hp: hh}
 }
 
 // healthServices are the services grpc.health.v1 answers for, besides "".
 var healthServices = []string{RLSService, coordhostv1connect.RateLimitServiceName, coordhostv1connect.AdminServiceName,
 	coordhostv1connect.SessionServiceName, coordhostv1connect.LockServiceName, coordhostv1connect.LeaseServiceName,
-	coordhostv1connect.RWLockServiceName, coordhostv1connect.SemaphoreServiceName}
+	coordhostv1connect.RWLockServiceName, coordhostv1connect.SemaphoreServiceName, coordhostv1connect.LatchServiceName}
 
 // healthChecker answers grpc.health.v1 from Host.Ready.
 type healthChecker struct{ h *Host }
