@@ -10,8 +10,11 @@ import (
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
 )
 
-// holdSet is the Hold streams this daemon serves, by ownership token, so
-// that a Release by id, a CloseSession or a Drain here ends them at once.
+// holdSet is the streams this daemon serves that hold or wait on
+// something in Redis: Holds, by ownership token, so that a Release by id,
+// a CloseSession or a Drain here ends them at once, and latch Waits, so
+// that a Drain ends them (a stream left open would hold the server's
+// shutdown up for its whole timeout).
 type holdSet struct {
 	mu      sync.Mutex
 	m       map[string]context.CancelCauseFunc

@@ -18,9 +18,8 @@ const readyTimeout = 2 * time.Second
 
 // Handler serves /livez (the process runs), /readyz (Redis answers and the
 // policies are loaded), /metrics (Prometheus text format), Envoy's
-// rate-limit service (RLSProcedure), coordhost.v1's RateLimitService,
-// AdminService, SessionService and LockService (all over gRPC, gRPC-Web
-// and Connect)
+// rate-limit service (RLSProcedure), the coordhost.v1 services (over
+// gRPC, gRPC-Web and Connect)
 // and grpc.health.v1. gRPC needs HTTP/2: serve it with TLS, or cleartext
 // HTTP/2 (http.Protocols with UnencryptedHTTP2, as coordhost serve does).
 func (h *Host) Handler() http.Handler {
