@@ -115,6 +115,12 @@ func TestExampleFile(t *testing.T) {
 			{Name: "checkout", Algorithm: SlidingWindow, Limit: 3, Window: time.Minute, Segments: 10,
 				Partition:  &PolicyRef{Kind: policies.KindPartition, Name: "tenant"},
 				QueueLimit: 2, QueueOrder: OldestFirst, IdleTimeout: 5 * time.Minute},
+			{Name: "per_ip", Algorithm: FixedWindow, Limit: 2, Window: time.Minute, QueueOrder: OldestFirst, IdleTimeout: time.Minute},
+		},
+		EnvoyRateLimits: []*EnvoyRateLimit{
+			{Name: "edge", Domain: "edge", Descriptors: []*EnvoyDescriptor{
+				{Entries: []EnvoyEntry{{Key: "remote_address"}}, RateLimit: "per_ip"},
+			}},
 		},
 	}
 	if diff := cmp.Diff(want, cfg, cmpOpts...); diff != "" {
@@ -159,9 +165,9 @@ func TestExampleFileInPlace(t *testing.T) {
 			t.Errorf("unexpected diagnostic:\n%s", render(t, cfg, diags))
 		}
 	}
-	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 6 || len(cfg.RateLimits) != 1 || len(cfg.Leases) != 1 {
-		t.Errorf("locks %d, rwlocks %d, policies %d, rate limits %d, leases %d; want 2, 1, 6, 1 and 1",
-			len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies), len(cfg.RateLimits), len(cfg.Leases))
+	if len(cfg.Locks) != 2 || len(cfg.RWLocks) != 1 || len(cfg.Policies) != 6 || len(cfg.RateLimits) != 2 || len(cfg.Leases) != 1 || len(cfg.EnvoyRateLimits) != 1 {
+		t.Errorf("locks %d, rwlocks %d, policies %d, rate limits %d, leases %d, envoy rate limits %d; want 2, 1, 6, 2, 1 and 1",
+			len(cfg.Locks), len(cfg.RWLocks), len(cfg.Policies), len(cfg.RateLimits), len(cfg.Leases), len(cfg.EnvoyRateLimits))
 	}
 }
 

@@ -143,3 +143,19 @@ rate_limit "checkout" {
 lease "jobs" {
   ttl = "30s"
 }
+
+# Envoy's rate-limit service: Envoy asks about each request with the
+# descriptor [remote_address = <client IP>] in domain "edge"; every client
+# address gets 2 requests per minute.
+rate_limit "per_ip" {
+  algorithm = "fixed_window"
+  limit     = 2
+  window    = "1m"
+}
+
+envoy_rate_limit "edge" {
+  descriptor {
+    entries    = [{ key = "remote_address" }]
+    rate_limit = "per_ip"
+  }
+}

@@ -30,8 +30,13 @@
 #     window; the partition key from the builtin template policy "tenant"):
 #     three are granted (exit 0), the fourth refused (exit 1) with the time
 #     to retry; tenant globex is still granted.
-#  7. SIGHUP makes serve reload the file; the demo shows the log line.
-#  8. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
+#  7. The network API with curl (installed with apt-get when missing), in
+#     Connect JSON on serve's port: Envoy's ShouldRateLimit for one client
+#     address in domain "edge" (2 per minute: OK, OK, OVER_LIMIT);
+#     LockService.Acquire of "invoice" (a grant with a fencing token), a
+#     second client's TryAcquire refused (aborted), Release by grant id.
+#  8. SIGHUP makes serve reload the file; the demo shows the log line.
+#  9. SIGTERM stops serve gracefully; the demo stops redis and cleans up.
 #
 # Exits 0 if every step worked, non-zero otherwise. Takes about ten seconds.
 # `make run` calls it as `bash scripts/demo.sh bin/coordhost`, after
@@ -343,7 +348,38 @@ check acme 1
 check globex 0
 echo "demo: OK: three grants and a refusal for acme; globex has its own limit"
 
-echo "demo: 7. SIGHUP: serve reloads $CONFIG"
+echo "demo: 7. the network API over Connect JSON, with curl"
+if ! command -v curl >/dev/null 2>&1; then
+	echo "demo: installing curl with apt-get"
+	apt-get install -y -qq curl >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq curl >/dev/null; } ||
+		fail "curl is missing and apt-get could not install it"
+fi
+# api RPC JSON: POSTs JSON to http://$ADDR/RPC; prints the HTTP status,
+# a space and the body.
+api() {
+	curl -sS -o "$TMP/api.out" -w '%{http_code}' -H 'Content-Type: application/json' -d "$2" "http://$ADDR/$1" >"$TMP/api.code" ||
+		fail "curl could not reach serve for $1"
+	printf '%s %s' "$(cat "$TMP/api.code")" "$(tr -d '\n' <"$TMP/api.out")"
+}
+rls='{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.7"}]}]}'
+for want in OK OK OVER_LIMIT; do
+	out=$(api envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$rls")
+	echo "[api]      ShouldRateLimit remote_address=192.0.2.7 -> $out"
+	[[ $out == "200 "*"\"overallCode\":\"$want\""* ]] || fail "ShouldRateLimit answered $out, want overallCode $want"
+done
+out=$(api coordhost.v1.LockService/Acquire '{"name":"invoice","wait":"5s"}')
+echo "[api]      LockService/Acquire invoice -> $out"
+[[ $out == "200 "*'"fencingToken":"'* ]] || fail "Acquire answered $out, want a grant with a fencing token"
+grant=$(sed -n 's/.*"grantId":"\([^"]*\)".*/\1/p' <<<"$out")
+out=$(api coordhost.v1.LockService/TryAcquire '{"name":"invoice"}')
+echo "[api]      LockService/TryAcquire invoice (another client) -> $out"
+[[ $out == "409 "*'"code":"aborted"'* ]] || fail "TryAcquire of a held lock answered $out, want aborted"
+out=$(api coordhost.v1.LockService/Release "{\"grantId\":\"$grant\"}")
+echo "[api]      LockService/Release -> $out"
+[[ $out == "200 "*RELEASE_RESULT_RELEASED* ]] || fail "Release answered $out"
+echo "demo: OK: two requests allowed and the third over the limit; a lock granted, refused to another, released"
+
+echo "demo: 8. SIGHUP: serve reloads $CONFIG"
 kill -HUP "$SERVE_PID"
 if ! wait_log "$SERVE_LOG" '"msg":"(configuration reloaded|reload failed)' "$SERVE_PID" 15; then
 	show_serve_log
@@ -352,7 +388,7 @@ fi
 show_serve_log
 grep -q '"msg":"configuration reloaded","generation":2' "$SERVE_LOG" || fail "the reload failed"
 
-echo "demo: 8. SIGTERM: serve shuts down"
+echo "demo: 9. SIGTERM: serve shuts down"
 kill -TERM "$SERVE_PID"
 serve_status=0
 wait "$SERVE_PID" || serve_status=$?
