@@ -41,6 +41,15 @@ const (
 	envNoColor  = "NO_COLOR"
 )
 
+// apiEnvHelp returns the Environment lines of the commands with -server.
+func apiEnvHelp() []string {
+	return []string{
+		envToken + "  with -server: a bearer token sent to the daemon",
+		envTLSCert + "  with an https -server: a client certificate (PEM file) for mutual TLS, its key in " + envTLSKey,
+		envTLSCA + "  with an https -server: the CAs (PEM file) the daemon's certificate must chain to (default: the system's)",
+	}
+}
+
 const (
 	noColorHelp  = envNoColor + "  no colors in diagnostics, even on a terminal"
 	durationHelp = "as in 15s, 500ms or 2m"
@@ -90,18 +99,19 @@ COORDHOST_LOCK_NAME (and COORDHOST_FENCING_TOKEN) in its environment. If the
 lock is lost, CMD gets SIGTERM, and SIGKILL if it or anything in its process
 group still runs 5s later. SIGINT, SIGTERM and SIGHUP are forwarded to CMD
 (to its whole process group unless stdin is a terminal). Flags go before
-"--", before or after NAME.`,
+"--", before or after NAME. With -server the daemon holds the lock while the
+connection lasts; a broken connection loses it.`,
 			flags: func() *flag.FlagSet { return newHoldFlags(&holdFlags{}) },
-			env: []string{
+			env: append([]string{
 				envRedisURL + "  the Redis server (as for -redis) when -redis is not given; keeps a password out of the command line",
 				"COORDHOST_REDIS_SERVER  the redis-server binary for dev mode (default: redis-server on PATH)",
 				noColorHelp,
-			},
+			}, apiEnvHelp()...),
 			exit: `CMD's exit status, or 128+N if signal N ended CMD (or coordhost, while it
-waited for the lock); 1 if coordhost failed (Redis, errors in the -config
-FILE, not acquired within -wait or given up by the retry policy, lock lost
-even if CMD exited 0); 2 for usage errors; 126 if CMD could not be started;
-127 if CMD was not found.`,
+waited for the lock); 1 if coordhost failed (Redis or the daemon, errors in
+the -config FILE, not acquired within -wait or given up by the retry policy,
+lock lost even if CMD exited 0); 2 for usage errors (and names or values the
+daemon refuses); 126 if CMD could not be started; 127 if CMD was not found.`,
 			run: runHold,
 		},
 		{

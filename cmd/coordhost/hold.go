@@ -76,12 +76,18 @@ type holdConfig struct {
 	// attributes. ttl and fencing are then the lock block's.
 	configPath string
 	load       config.LoadOptions
-	attrs      map[string]string
+	attrs      map[string]string // also with -server
+
+	// With -server (lock hold only): the daemon, and the session to attach
+	// the grant to ("" for none). The daemon's lock block decides the rest.
+	server  *apiTarget
+	session string
 }
 
 // holdFlags are the flags of `lock hold`.
 type holdFlags struct {
 	redis, prefix, config string
+	server, session       string
 	ttl, wait             time.Duration
 	fencing, read, write  bool
 	vars, attrs           listFlag
@@ -127,7 +133,14 @@ func newHoldFlagsFor(k *holdKind, f *holdFlags) *flag.FlagSet {
 	fs.Var(newStringValue(&f.config, ""), "config", "NAME is "+k.aNoun+" block of the configuration `FILE`"+required+": its "+fileSets+
 		", and Redis is the file's redis block")
 	fs.Var(&f.vars, "var", "with -config: "+varHelp)
-	fs.Var(&f.attrs, "attr", "with -config: a partition attribute `KEY=VALUE` for the "+n+"'s partition policy (repeatable), as in -attr tenant=acme")
+	with := "with -config"
+	if !k.rw {
+		with = "with -config or -server"
+		fs.Var(newStringValue(&f.server, ""), "server", "take the lock through the coordhost daemon at `URL` (http:// or https://), "+
+			"NAME being a lock block of its configuration")
+		fs.Var(newStringValue(&f.session, ""), "session", "with -server: attach the lock to the daemon's session `ID` too")
+	}
+	fs.Var(&f.attrs, "attr", with+": a partition attribute `KEY=VALUE` for the "+n+"'s partition policy (repeatable), as in -attr tenant=acme")
 	return fs
 }
 
@@ -189,6 +202,12 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 	case set["read"] && !f.read && !f.write:
 		return cfg, errors.New("-read=false: give -write (the default) for the write lease")
 	}
+	if set["server"] {
+		return parseHoldServer(cfg, f, set, getenv)
+	}
+	if set["session"] {
+		return cfg, errors.New("-session needs -server URL")
+	}
 	if set["config"] {
 		if cfg.configPath == "" {
 			return cfg, errors.New("-config FILE is empty")
@@ -211,10 +230,11 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 		if k.rw {
 			return cfg, errors.New("missing -config FILE: NAME is an rwlock block of it")
 		}
-		for _, f := range []string{"var", "attr"} {
-			if set[f] {
-				return cfg, fmt.Errorf("-%s needs -config FILE", f)
-			}
+		if set["var"] {
+			return cfg, errors.New("-var needs -config FILE")
+		}
+		if set["attr"] {
+			return cfg, errors.New("-attr needs -config FILE or -server URL")
 		}
 	}
 	switch {
@@ -232,6 +252,38 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 	}
 	var err error
 	cfg.redis, cfg.redisFrom, cfg.redisOpt, cfg.redisDesc, err = redisFromFlag(set["redis"], f.redis, getenv)
+	return cfg, err
+}
+
+// parseHoldServer finishes parsing a `lock hold -server URL` command line:
+// the lock block of the daemon's configuration decides the ttl, fencing,
+// prefix and policies, and the daemon its Redis.
+func parseHoldServer(cfg holdConfig, f holdFlags, set map[string]bool, getenv func(string) string) (holdConfig, error) {
+	for _, other := range []string{"config", "redis"} {
+		if set[other] {
+			return cfg, fmt.Errorf("-server and -%s exclude each other: with -server the daemon's configuration and Redis apply", other)
+		}
+	}
+	for _, fl := range []string{"ttl", "fencing", "prefix"} {
+		if set[fl] {
+			return cfg, fmt.Errorf("-%s cannot be used with -server: lock %q of the daemon's configuration sets it", fl, cfg.name)
+		}
+	}
+	if set["var"] {
+		return cfg, errors.New("-var cannot be used with -server: the daemon's configuration has its own values")
+	}
+	if set["session"] && f.session == "" {
+		return cfg, errors.New("-session ID is empty")
+	}
+	if cfg.wait < 0 {
+		return cfg, fmt.Errorf("-wait must not be negative, got %v (0 waits forever)", cfg.wait)
+	}
+	t, err := parseAPITarget(f.server, getenv)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.server, cfg.session = &t, f.session
+	cfg.attrs, err = parseAttrs(f.attrs)
 	return cfg, err
 }
 
@@ -306,6 +358,9 @@ func runHoldKind(ctx context.Context, k *holdKind, args []string, e *env) int {
 		return 0, false
 	}
 
+	if cfg.server != nil {
+		return holdFromServer(ctx, cfg, path, e, sigs, stopRelay, interrupted)
+	}
 	if cfg.configPath != "" { // always for rwlock hold
 		return holdFromConfig(ctx, cfg, path, e, sigs, stopRelay, interrupted)
 	}
@@ -453,12 +508,13 @@ func buildChildCmd(path string, cfg holdConfig, e *env, fencingToken string) *ex
 
 // childEnv returns base without any inherited COORDHOST_LOCK_NAME and
 // COORDHOST_FENCING_TOKEN (from an outer coordhost), and without
-// COORDHOST_REDIS_URL (it may carry a password CMD has no business with),
-// plus ours.
+// COORDHOST_REDIS_URL and COORDHOST_TOKEN (a password and a token CMD has
+// no business with), plus ours.
 func childEnv(base []string, name, fencingToken string) []string {
 	out := make([]string, 0, len(base)+2)
 	for _, kv := range base {
-		if strings.HasPrefix(kv, envLockName+"=") || strings.HasPrefix(kv, envFencingToken+"=") || strings.HasPrefix(kv, envRedisURL+"=") {
+		if strings.HasPrefix(kv, envLockName+"=") || strings.HasPrefix(kv, envFencingToken+"=") ||
+			strings.HasPrefix(kv, envRedisURL+"=") || strings.HasPrefix(kv, envToken+"=") {
 			continue
 		}
 		out = append(out, kv)

@@ -3,14 +3,15 @@
 // `coordhost serve FILE` runs the daemon (package host) for a
 // configuration file; `coordhost validate FILE` checks one; `coordhost lock
 // hold NAME -- CMD ARGS...` runs CMD while holding a Redis lock, given by
-// flags or by a lock block of a configuration file; `coordhost limit check
-// -config FILE NAME` asks a rate limit of a configuration file for permits
-// once; `coordhost dev-redis` runs a private redis-server. `coordhost help` lists the commands and
+// flags or by a lock block of a configuration file, or held by a daemon
+// (-server URL); `coordhost limit check -config FILE NAME` asks a rate
+// limit of a configuration file for permits once; `coordhost dev-redis` runs a private redis-server. `coordhost help` lists the commands and
 // `coordhost COMMAND -h` shows a command's own help (commands.go).
 //
 // This package holds only flags, signals, exit codes and messages; the
 // work is done by packages host, host/devredis, config and
-// primitives/lock.
+// primitives/lock, and, with -server, by the daemon through the
+// coordhost.v1 API (gen/..., apiclient.go).
 package main
 
 import (
@@ -54,6 +55,10 @@ type env struct {
 	// waitNote is how long lock hold waits quietly before it says that it
 	// is waiting for the lock.
 	waitNote time.Duration
+	// apiPing is how long a connection to the daemon (-server) may be
+	// silent before a PING, and how long the PING may take; 0 means
+	// defaultAPIPing.
+	apiPing time.Duration
 }
 
 func osEnv() *env {
@@ -69,6 +74,7 @@ func osEnv() *env {
 		stop:     func(c chan<- os.Signal) { signal.Stop(c) },
 		grace:    defaultGrace,
 		waitNote: slowWaitNote,
+		apiPing:  defaultAPIPing,
 	}
 }
 
