@@ -41,6 +41,8 @@ const (
 	defaultAPIPing = 5 * time.Second
 	// apiDialTimeout bounds connecting (TCP and TLS handshake).
 	apiDialTimeout = 10 * time.Second
+	// apiCallTimeout bounds a unary call (limit check's Check).
+	apiCallTimeout = 30 * time.Second
 	// maxAPIResponseBytes bounds a response message from the daemon.
 	maxAPIResponseBytes = 1 << 20
 	// maxServerText is how much of a message from the daemon is printed.
@@ -113,9 +115,10 @@ func parseAPITarget(s string, getenv func(string) string) (apiTarget, error) {
 // apiClient is a connection pool to one daemon and the services the CLI
 // calls on it.
 type apiClient struct {
-	url  string
-	lock coordhostv1connect.LockServiceClient
-	tr   *http.Transport
+	url   string
+	lock  coordhostv1connect.LockServiceClient
+	limit coordhostv1connect.RateLimitServiceClient
+	tr    *http.Transport
 }
 
 // newAPIClient builds the client for t: gRPC over HTTP/2 (cleartext for
@@ -151,9 +154,10 @@ func newAPIClient(t apiTarget, ping time.Duration) (*apiClient, error) {
 		opts = append(opts, connect.WithInterceptors(bearer("Bearer "+t.token)))
 	}
 	return &apiClient{
-		url:  t.url,
-		lock: coordhostv1connect.NewLockServiceClient(hc, t.url, opts...),
-		tr:   tr,
+		url:   t.url,
+		lock:  coordhostv1connect.NewLockServiceClient(hc, t.url, opts...),
+		limit: coordhostv1connect.NewRateLimitServiceClient(hc, t.url, opts...),
+		tr:    tr,
 	}, nil
 }
 

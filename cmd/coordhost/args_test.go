@@ -293,7 +293,8 @@ func TestCommandHelp(t *testing.T) {
 		"validate": {`"FILE: OK"`},
 		"lock hold": {envRedisURL, "the file's credentials apply unless ADDR has its own", envLockName, envFencingToken, devredis.ServerEnv, defaultGrace.String(), "(default 15s)", `(default "coordhost:lock:")`, "126", "127",
 			envToken, envTLSCert, envTLSKey, envTLSCA, "a broken connection loses it"},
-		"dev-redis": {devredis.ServerEnv},
+		"limit check": {envToken, envTLSCert, envTLSKey, envTLSCA, "no window with -server"},
+		"dev-redis":   {devredis.ServerEnv},
 	}
 	for _, c := range commands() {
 		t.Run(c.name, func(t *testing.T) {

@@ -139,7 +139,7 @@ started; 127 if CMD was not found.`,
 		},
 		{
 			name:    "limit check",
-			args:    "[flags] -config FILE NAME",
+			args:    "[flags] (-config FILE | -server URL) NAME",
 			summary: "ask the rate limit NAME for permits once, and exit 0 if granted",
 			about: `Asks the rate limit NAME, a rate_limit block of FILE, for -n permits
 (default 1) once, without waiting or queueing, and prints one line to stdout:
@@ -147,19 +147,19 @@ started; 127 if CMD was not found.`,
 the decision), retry_after (when refused: how long until the permits are
 back if nobody else takes them; 0 when they can never be granted),
 reset_after (until more permits come back), limit and window, as key=value
-fields with durations rounded up to the millisecond. Granted permits are
-consumed. With a partition policy, -attr gives its attributes; a policy that
-gives no key fails the check (it never guesses one). Flags go before or
-after NAME.`,
+fields with durations rounded up to the millisecond (no window with -server:
+the daemon does not say it). Granted permits are consumed. With a partition
+policy, -attr gives its attributes; a policy that gives no key fails the
+check (it never guesses one). Flags go before or after NAME.`,
 			flags: func() *flag.FlagSet { return newLimitCheckFlags(&limitCheckFlags{}) },
-			env: []string{
+			env: append([]string{
 				envRedisURL + "  the Redis server (as for -redis) when -redis is not given and FILE has no redis block",
 				noColorHelp,
-			},
+			}, apiEnvHelp()...),
 			exit: `0 if the permits were granted; 1 if not; 2 for anything else (usage errors,
-errors in FILE, an unknown NAME, Redis errors, a partition policy that gave
-no key), so that a check that could not be made is never taken for a
-refusal.`,
+errors in FILE, an unknown NAME, Redis or daemon errors, a partition policy
+that gave no key), so that a check that could not be made is never taken
+for a refusal.`,
 			run: runLimitCheck,
 		},
 		{
@@ -187,7 +187,7 @@ func groups() []*commandGroup {
 	return []*commandGroup{
 		{name: "lock", summary: "hold a Redis lock around a command", subs: []string{"lock hold"}},
 		{name: "rwlock", summary: "hold a read or write lease of a Redis read-write lock around a command", subs: []string{"rwlock hold"}},
-		{name: "limit", summary: "check a rate limit of a configuration file", subs: []string{"limit check"}},
+		{name: "limit", summary: "check a rate limit of a configuration file or a daemon", subs: []string{"limit check"}},
 	}
 }
 

@@ -477,11 +477,15 @@ func TestServerTLSAndToken(t *testing.T) {
 	if te.out.String() != "unset\n" {
 		t.Fatalf("CMD inherited the token: stdout %q", te.out)
 	}
+	te2 := newTestEnv(t, full)
+	if code := run(ctx, []string{"limit", "check", "-server", d.url, "global"}, te2.env); code != exitGranted {
+		t.Fatalf("limit check: exit status %d; stderr:\n%s", code, te2.errOut)
+	}
 	mu.Lock()
 	got := append([]string(nil), auth...)
 	mu.Unlock()
-	// Hold, Release.
-	if len(got) != 2 || got[0] != "Bearer "+token || got[1] != "Bearer "+token {
+	// Hold, Release, Check.
+	if len(got) != 3 || got[0] != "Bearer "+token || got[1] != "Bearer "+token || got[2] != "Bearer "+token {
 		t.Fatalf("Authorization headers %q", got)
 	}
 
@@ -502,7 +506,11 @@ func TestServerTLSAndToken(t *testing.T) {
 				t.Fatalf("exit status %d, want 1; stderr:\n%s", code, te.errOut)
 			}
 			wantStderr(t, te, tc.want)
-			if strings.Contains(te.errOut.String(), token) {
+			te2 := newTestEnv(t, tc.env)
+			if code := run(ctx, []string{"limit", "check", "-server", d.url, "global"}, te2.env); code != exitCheckError {
+				t.Fatalf("limit check: exit status %d, want 2; stderr:\n%s", code, te2.errOut)
+			}
+			if strings.Contains(te.errOut.String()+te2.errOut.String(), token) {
 				t.Fatal("the token was printed")
 			}
 		})

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/coordhost/coordhost/config"
+	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
 )
 
 // Exit statuses of `limit check`, a question whose answers are 0 and 1 (as
@@ -25,6 +27,7 @@ const (
 // limitCheckArgs is a parsed `limit check` command line.
 type limitCheckArgs struct {
 	target hostTarget
+	server *apiTarget // -server: the daemon asked instead (target is then unused)
 	name   string
 	n      int64
 	attrs  map[string]string
@@ -33,6 +36,7 @@ type limitCheckArgs struct {
 // limitCheckFlags are the flags of `limit check`.
 type limitCheckFlags struct {
 	config, redis string
+	server        string
 	n             int64
 	vars, attrs   listFlag
 }
@@ -44,7 +48,9 @@ func newLimitCheckFlags(f *limitCheckFlags) *flag.FlagSet {
 		" when the file has no redis block)")
 	fs.Var(&f.vars, "var", varHelp)
 	fs.Var(&f.attrs, "attr", "a partition attribute `KEY=VALUE` for the rate limit's partition policy (repeatable), as in -attr tenant=acme")
-	fs.Var(newInt64Value(&f.n, 1), "n", "ask for `N` permits; 0 asks whether one is available, consuming nothing")
+	fs.Var(newStringValue(&f.server, ""), "server", "ask the coordhost daemon at `URL` (http:// or https://) instead, NAME being a "+
+		"rate_limit block of its configuration")
+	fs.Var(newInt64Value(&f.n, 1), "n", "ask for `N` permits; 0 asks whether one is available, consuming nothing (not with -server)")
 	return fs
 }
 
@@ -93,9 +99,12 @@ func parseLimitCheckArgs(args []string, getenv func(string) string) (limitCheckA
 	a.name = positional[0]
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["server"] {
+		return parseLimitCheckServer(a, f, set, getenv)
+	}
 	switch {
 	case !set["config"]:
-		return a, errors.New("missing -config FILE: NAME is a rate_limit block of it")
+		return a, errors.New("missing -config FILE or -server URL: NAME is a rate_limit block of the file, or of the daemon's configuration")
 	case f.config == "":
 		return a, errors.New("-config FILE is empty")
 	case f.n < 0:
@@ -113,6 +122,32 @@ func parseLimitCheckArgs(args []string, getenv func(string) string) (limitCheckA
 	return a, err
 }
 
+// parseLimitCheckServer finishes parsing a `limit check -server URL`
+// command line.
+func parseLimitCheckServer(a limitCheckArgs, f limitCheckFlags, set map[string]bool, getenv func(string) string) (limitCheckArgs, error) {
+	for _, other := range []string{"config", "redis"} {
+		if set[other] {
+			return a, fmt.Errorf("-server and -%s exclude each other: with -server the daemon's configuration and Redis apply", other)
+		}
+	}
+	switch {
+	case set["var"]:
+		return a, errors.New("-var cannot be used with -server: the daemon's configuration has its own values")
+	case f.n < 0:
+		return a, fmt.Errorf("-n must not be negative, got %d", f.n)
+	case f.n == 0:
+		// The API's cost 0 means 1: it has no question that consumes nothing.
+		return a, errors.New("-n 0 cannot be used with -server: the daemon's Check always consumes the permits it grants")
+	}
+	t, err := parseAPITarget(f.server, getenv)
+	if err != nil {
+		return a, err
+	}
+	a.server, a.n = &t, f.n
+	a.attrs, err = parseAttrs(f.attrs)
+	return a, err
+}
+
 // runLimitCheck implements `coordhost limit check`: one decision
 // (TryAcquire) of the file's rate_limit NAME, printed on one line of
 // stdout; the exit status is the answer.
@@ -124,6 +159,9 @@ func runLimitCheck(ctx context.Context, args []string, e *env) int {
 	}
 	if err != nil {
 		return e.usageErrorFor(cmd, "%s: %v", cmd, err)
+	}
+	if a.server != nil {
+		return checkFromServer(ctx, a, e)
 	}
 	conf, diags := config.Load(a.target.configPath, a.target.load)
 	if diags.HasErrors() {
@@ -172,15 +210,48 @@ func runLimitCheck(ctx context.Context, args []string, e *env) int {
 		e.logf("%s: %v", cmd, err) // err names the rate limit
 		return exitCheckError
 	}
-	printLine(e.stdout, checkLine(a.name, a.n, decision{acquired: res.Acquired, remaining: res.Remaining, retryAfter: res.RetryAfter,
-		resetAfter: res.ResetAfter, limit: res.Limit, window: res.Window}))
-	if res.Acquired {
+	return e.decided(a, decision{acquired: res.Acquired, remaining: res.Remaining, retryAfter: res.RetryAfter,
+		resetAfter: res.ResetAfter, limit: res.Limit, window: res.Window, hasWindow: true})
+}
+
+// decided prints the decision d on a's question and returns the exit status.
+func (e *env) decided(a limitCheckArgs, d decision) int {
+	printLine(e.stdout, checkLine(a.name, a.n, d))
+	if d.acquired {
 		return exitGranted
 	}
-	if a.n > res.Limit {
-		e.logf("%s: %d permits exceed the limit %d of rate_limit %q: never granted", cmd, a.n, res.Limit, a.name)
+	if a.n > d.limit {
+		e.logf("limit check: %d permits exceed the limit %d of rate_limit %q: never granted", a.n, d.limit, a.name)
 	}
 	return exitRefused
+}
+
+// checkFromServer is `limit check -server URL NAME`: one
+// RateLimitService.Check, which decides at once and consumes what it
+// grants. Every error is exitCheckError.
+func checkFromServer(ctx context.Context, a limitCheckArgs, e *env) int {
+	const cmd = "limit check"
+	api, err := newAPIClient(*a.server, e.apiPing)
+	if err != nil {
+		e.logf("%s: %v", cmd, err)
+		return exitCheckError
+	}
+	defer api.close()
+	cctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
+	resp, err := api.limit.Check(cctx, connect.NewRequest(&coordhostv1.CheckRateLimitRequest{Name: a.name, Attributes: a.attrs, Cost: a.n}))
+	if err != nil {
+		text := apiErrorText(api.url, err)
+		if refusedArgs(err) {
+			return e.usageErrorFor(cmd, "%s: rate_limit %q: %s", cmd, a.name, text)
+		}
+		e.logf("%s: rate_limit %q: %s", cmd, a.name, text)
+		return exitCheckError
+	}
+	m := resp.Msg
+	// The answer has no window: the line goes without it.
+	return e.decided(a, decision{acquired: m.GetAllowed(), remaining: m.GetRemaining(), retryAfter: m.GetRetryAfter().AsDuration(),
+		resetAfter: m.GetResetAfter().AsDuration(), limit: m.GetLimit()})
 }
 
 // decision is what limit check prints of a ratelimit.Result (which this
@@ -189,18 +260,23 @@ type decision struct {
 	acquired                       bool
 	remaining, limit               int64
 	retryAfter, resetAfter, window time.Duration
+	hasWindow                      bool // window is known (not from -server)
 }
 
 // checkLine is the one stdout line of a decision: "granted" or
 // "refused", then key=value fields (durations in Go's notation, to the
-// millisecond).
+// millisecond); window only when known.
 func checkLine(name string, n int64, d decision) string {
 	word := "refused"
 	if d.acquired {
 		word = "granted"
 	}
-	return fmt.Sprintf("%s rate_limit=%q n=%d remaining=%d retry_after=%v reset_after=%v limit=%d window=%v",
-		word, name, n, d.remaining, roundUp(d.retryAfter), roundUp(d.resetAfter), d.limit, d.window)
+	s := fmt.Sprintf("%s rate_limit=%q n=%d remaining=%d retry_after=%v reset_after=%v limit=%d",
+		word, name, n, d.remaining, roundUp(d.retryAfter), roundUp(d.resetAfter), d.limit)
+	if d.hasWindow {
+		s += fmt.Sprintf(" window=%v", d.window)
+	}
+	return s
 }
 
 // roundUp rounds d up to the millisecond, so that a retry after the

@@ -5,7 +5,8 @@
 // hold NAME -- CMD ARGS...` runs CMD while holding a Redis lock, given by
 // flags or by a lock block of a configuration file, or held by a daemon
 // (-server URL); `coordhost limit check -config FILE NAME` asks a rate
-// limit of a configuration file for permits once; `coordhost dev-redis` runs a private redis-server. `coordhost help` lists the commands and
+// limit of a configuration file (or of a daemon, -server URL) for permits
+// once; `coordhost dev-redis` runs a private redis-server. `coordhost help` lists the commands and
 // `coordhost COMMAND -h` shows a command's own help (commands.go).
 //
 // This package holds only flags, signals, exit codes and messages; the

@@ -6,13 +6,16 @@ import (
 	"testing"
 )
 
-// Bad command lines of lock hold -server: exit 2
+// Bad command lines of lock hold -server and limit check -server: exit 2
 // with one message naming the mistake, before anything is dialled (the
 // server address is never reachable here).
 func TestServerArgsBad(t *testing.T) {
 	const url = "http://127.0.0.1:1"
 	hold := func(args ...string) []string {
 		return append(append([]string{"lock", "hold"}, args...), "job", "--", "true")
+	}
+	check := func(args ...string) []string {
+		return append(append([]string{"limit", "check"}, args...), "checkout")
 	}
 	for _, tc := range []struct {
 		name string
@@ -47,6 +50,19 @@ func TestServerArgsBad(t *testing.T) {
 		{name: "token with a newline", args: hold("-server", url), env: map[string]string{envToken: "s3cret\n"},
 			want: "$COORDHOST_TOKEN holds a space, a control character or a non-ASCII character (7 bytes)", not: "s3cret"},
 		{name: "rwlock hold has no -server", args: []string{"rwlock", "hold", "-server", url, "job", "--", "true"}, want: "flag provided but not defined: -server"},
+
+		{name: "check: -server and -config", args: check("-server", url, "-config", "c.hcl"), want: "-server and -config exclude each other"},
+		{name: "check: -server and -redis", args: check("-server", url, "-redis", "/tmp/r.sock"), want: "-server and -redis exclude each other"},
+		{name: "check: -var with -server", args: check("-server", url, "-var", "a=b"), want: "-var cannot be used with -server"},
+		{name: "check: -n 0 with -server", args: check("-server", url, "-n", "0"), want: "-n 0 cannot be used with -server"},
+		{name: "check: -n negative", args: check("-server", url, "-n", "-2"), want: "-n must not be negative, got -2"},
+		{name: "check: -attr with an empty KEY", args: check("-server", url, "-attr", "=x"), want: `-attr "=x": empty KEY`},
+		{name: "check: -server not a URL", args: check("-server", "h:1"), want: `-server "h:1": want http://`},
+		{name: "check: neither -config nor -server", args: check(), want: "missing -config FILE or -server URL"},
+		{name: "check: -wait does not exist", args: check("-server", url, "-wait", "1s"), want: "flag provided but not defined: -wait"},
+		{name: "check: two NAMEs", args: append(check("-server", url), "global"), want: `unexpected argument "global"`},
+		{name: "check: TLS key without certificate", args: check("-server", "https://h:1"), env: map[string]string{envTLSKey: "/k.pem"},
+			want: "$COORDHOST_TLS_CERT and $COORDHOST_TLS_KEY go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newTestEnv(t, tc.env)
@@ -82,5 +98,9 @@ func TestParseServerArgsGood(t *testing.T) {
 	if s == nil || s.url != "https://coord.example:7379" || !s.tls || s.token != "t0k" || s.caFile != "/ca.pem" ||
 		cfg.attrs["tenant"] != "acme" || cfg.session != "s1" || cfg.wait != 2e9 || cfg.redis != "" {
 		t.Fatalf("%+v %+v", cfg, s)
+	}
+	a, err := parseLimitCheckArgs([]string{"-server", "http://127.0.0.1:7379/base", "checkout", "-n", "3"}, noEnv)
+	if err != nil || a.server == nil || a.server.url != "http://127.0.0.1:7379/base" || a.server.tls || a.n != 3 || a.name != "checkout" {
+		t.Fatalf("%+v %v", a, err)
 	}
 }
