@@ -19,8 +19,8 @@ const readyTimeout = 2 * time.Second
 // Handler serves /livez (the process runs), /readyz (Redis answers and the
 // policies are loaded), /metrics (Prometheus text format), Envoy's
 // rate-limit service (RLSProcedure), the coordhost.v1 services (over
-// gRPC, gRPC-Web and Connect)
-// and grpc.health.v1. gRPC needs HTTP/2: serve it with TLS, or cleartext
+// gRPC, gRPC-Web and Connect), grpc.health.v1 and gRPC server reflection
+// (v1 and v1alpha, listing those services). gRPC needs HTTP/2: serve it with TLS, or cleartext
 // HTTP/2 (http.Protocols with UnencryptedHTTP2, as coordhost serve does).
 func (h *Host) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -37,7 +37,11 @@ func (h *Host) Handler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle(RLSProcedure, h.rlsHandler())
-	for p, hd := range h.apiHandlers() {
+	api := h.apiHandlers()
+	for p, hd := range api {
+		mux.Handle(p, hd)
+	}
+	for p, hd := range reflectionHandlers(append(serviceNames(api), RLSService)) {
 		mux.Handle(p, hd)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg}))
