@@ -1,11 +1,13 @@
 # coordhost — see README.md. Every target works on a fresh Debian bookworm
-# machine with Go, gcc and apt; `make test` installs the Redis servers first.
+# machine with Go, gcc and apt; `make test` installs the Redis servers and the
+# end-to-end tests' clients first.
 
-GO        ?= go
-BIN       := bin/coordhost
-REDIS_ENV := .cache/redis-env.sh
+GO          ?= go
+BIN         := bin/coordhost
+REDIS_ENV   := .cache/redis-env.sh
+CLIENTS_ENV := .cache/clients-env.sh
 
-.PHONY: all build test test-short redis run bench lint depcheck clean wasm proto plugin-example
+.PHONY: all build test test-short redis clients run bench lint depcheck clean wasm proto plugin-example
 
 all: build
 
@@ -19,8 +21,16 @@ build:
 redis:
 	bash scripts/redis-servers.sh
 
-test: redis lint depcheck
-	. ./$(REDIS_ENV) && $(GO) test -race -count=1 -timeout 20m ./...
+# clients makes sure the third-party clients the end-to-end tests
+# (internal/e2e) drive the daemon with exist: grpcurl, grpc-health-probe and
+# envoyproxy/ratelimit's client_cmd (pinned in tools/clients/go.mod, built
+# into .cache/clients/bin), Debian's curl and python3-grpcio; it writes
+# their paths to $(CLIENTS_ENV).
+clients:
+	bash scripts/test-clients.sh
+
+test: redis clients lint depcheck
+	. ./$(REDIS_ENV) && . ./$(CLIENTS_ENV) && $(GO) test -race -count=1 -timeout 20m ./...
 
 test-short: redis
 	. ./$(REDIS_ENV) && $(GO) test -count=1 -short ./...
