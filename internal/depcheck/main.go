@@ -104,6 +104,7 @@ func rows() []row {
 			Why: "cmd/coordhost: host and config (primitives/lock until host exists)"},
 		{Pkg: "internal/depcheck", Why: "depcheck: standard library only"},
 		{Pkg: "scripts", Why: "scripts: tests of the repository's shell scripts and README (test files only)"},
+		{Pkg: "internal/e2e", Why: "e2e: end-to-end tests of the daemon binary with third-party clients (test files only)"},
 	}
 }
 
