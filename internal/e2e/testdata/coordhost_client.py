@@ -196,16 +196,24 @@ def scenario_session(api):
     fails(api, "renew_bad_id", SESSION + "RenewSession", {"session_id": "nope"}, "INVALID_ARGUMENT", "REASON_INVALID_FIELD")
 
 
-# To add a scenario (e.g. a lock taken through a session once LockService
-# exists), write scenario_<name>(api) with ok()/fails()/api.stream() and run
-# it from Go with d.python(t, "<name>"):
-#
-#   def scenario_session_lock(api):
-#       sid = ok(api, "create", SESSION + "CreateSession", {"ttl": "10s"})["session"]["session_id"]
-#       g = ok(api, "acquire", "coordhost.v1.LockService/Acquire",
-#              {"name": "job", "session_id": sid, "wait": "5s"})
-#       ok(api, "close", SESSION + "CloseSession", {"session_id": sid})
-#       ...  # the lock is free again: the next Acquire's fencing token is higher
+LOCK = "coordhost.v1.LockService/"
+
+
+def scenario_session_lock(api):
+    """A lock taken through a session: GetSession lists it, CloseSession
+    releases it, and the next holder gets a higher fencing token."""
+    sid = ok(api, "create", SESSION + "CreateSession", {"ttl": "10s"})["session"]["session_id"]
+    g = ok(api, "acquire", LOCK + "Acquire", {"name": "job", "session_id": sid, "wait": "5s"})["grant"]
+    expect(g["session_id"] == sid and g["ttl"] == "10s" and int(g["fencing_token"]) >= 1, "acquire: %s" % g)
+    fails(api, "try_held", LOCK + "TryAcquire", {"name": "job"}, "ABORTED", "REASON_CONTENDED")
+    listed = ok(api, "get", SESSION + "GetSession", {"session_id": sid}).get("grants", [])
+    expect([x["grant_id"] for x in listed] == [g["grant_id"]], "get lists %s" % listed)
+    c = ok(api, "close", SESSION + "CloseSession", {"session_id": sid})
+    expect(c.get("closed") is True and c.get("released_grants") == "1", "close: %s" % c)
+    n = ok(api, "next", LOCK + "TryAcquire", {"name": "job"})["grant"]
+    expect(int(n["fencing_token"]) > int(g["fencing_token"]), "next token %s after %s" % (n, g))
+    r = ok(api, "release", LOCK + "Release", {"grant_id": n["grant_id"]})
+    expect(r.get("result") == "RELEASE_RESULT_RELEASED", "release: %s" % r)
 
 
 def main():
