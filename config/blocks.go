@@ -33,6 +33,11 @@ var (
 			{Name: "listen"},
 			{Name: "log_format"},
 			{Name: "log_level"},
+			{Name: "metrics_open"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{
+			{Type: "tls"},
+			{Type: "token", LabelNames: []string{"name"}},
 		},
 	}
 )
@@ -151,6 +156,24 @@ func (d *decoder) decodeServer(b *hcl.Block) Server {
 	if a := at["log_level"]; a != nil {
 		if v, ok := d.enum(a, string(LogDebug), string(LogInfo), string(LogWarn), string(LogError)); ok {
 			s.LogLevel = LogLevel(v)
+		}
+	}
+	if a := at["metrics_open"]; a != nil {
+		s.MetricsOpen, _ = d.boolean(a)
+	}
+	seen := &tokenSecrets{byName: map[string]*Token{}, byDigest: map[[32]byte]*Token{}}
+	for _, tb := range content.Blocks {
+		switch tb.Type {
+		case "tls":
+			if s.TLS != nil {
+				d.duplicate(tb.DefRange, "Duplicate tls block", "A server block has at most one tls block; the first is at "+where(s.TLS.Range)+".")
+				continue
+			}
+			s.TLS = d.decodeServerTLS(tb)
+		case "token":
+			if t := d.decodeToken(tb, seen); t != nil {
+				s.Tokens = append(s.Tokens, t)
+			}
 		}
 	}
 	return s

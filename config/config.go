@@ -1,8 +1,9 @@
 // Package config decodes coordhost's HCL configuration (DESIGN.md §6) into
 // plain data. Decoding is pure: it never dials Redis, starts plugins or
 // compiles WebAssembly; the only I/O is reading the configuration file, the
-// files named by file(), and checking the files named by module, path and
-// the TLS file attributes. The host (package host) turns a Config into
+// files named by file(), checking the files named by module, path and
+// the TLS file attributes, and reading token secrets (secret_file,
+// secret_env; only their SHA-256 digests are kept). The host (package host) turns a Config into
 // clients, policies and primitives.
 //
 // Every mistake comes back as an hcl.Diagnostic with a source range (file,
@@ -37,6 +38,24 @@
 //	  listen     = "127.0.0.1:7379"   # default DefaultListen
 //	  log_format = "text"             # text | json
 //	  log_level  = "info"             # debug | info | warn | error
+//	  metrics_open = false            # with tokens: serve /metrics without one
+//	  tls {                           # optional: HTTPS (HTTP/2 by ALPN, HTTP/1.1)
+//	    cert_file      = "server.pem"     # required; files must exist; relative to path.config;
+//	    key_file       = "server.key"     # required;  both re-read on SIGHUP
+//	    client_ca_file = "clients-ca.pem" # optional: mutual TLS; every request but
+//	                                      # /livez, /readyz, grpc.health.v1 needs a verified client cert
+//	  }
+//	  token "NAME" {                  # any number; with one or more, every API call needs a token
+//	    secret_file   = "tokens/NAME" # exactly one of secret_file and secret_env: the secret, at
+//	    secret_env    = "ENV_VAR"     #   least 16 visible ASCII bytes after one trailing newline;
+//	                                  #   unique per token; never written in the configuration
+//	    names         = ["invoice", "tenant-*"]  # path.Match patterns over primitive names; default none
+//	    envoy_domains = ["edge"]      # path.Match patterns over Envoy rate-limit domains; default none
+//	    admin         = false         # may call AdminService
+//	    metrics       = false         # may GET /metrics (unless metrics_open)
+//	    max_streams   = 1000          # concurrent streams on one daemon, 1 to 1000000
+//	    max_sessions  = 1000          # sessions held at once, 1 to 1000000
+//	  }
 //	}
 //
 //	policy "KIND" "NAME" {        # KIND: retry | partition | starvation
@@ -140,7 +159,7 @@
 // configuration file), path.cwd, and the functions coalesce, concat, file,
 // format, join, jsonencode, length, lower, max, merge, min, split, tobool,
 // tonumber, tostring, trimspace and upper. file(PATH) reads a UTF-8 file
-// relative to path.config.
+// relative to path.config (except in a sandboxed parse: LoadOptions.Sandbox).
 package config
 
 import (
@@ -319,6 +338,15 @@ type Server struct {
 	Listen    string
 	LogFormat LogFormat
 	LogLevel  LogLevel
+	// TLS is the tls block, or nil: the daemon serves cleartext HTTP/1.1
+	// and HTTP/2 (h2c).
+	TLS *ServerTLS
+	// Tokens are the token blocks, in declaration order. With at least
+	// one, every API call needs one of them (see Auth).
+	Tokens []*Token
+	// MetricsOpen serves /metrics without a token when Auth is on;
+	// otherwise /metrics needs a token with Metrics.
+	MetricsOpen bool
 	// Range is the block's range, or the zero Range when there is no
 	// server block.
 	Range hcl.Range

@@ -15,11 +15,14 @@ import (
 
 // decoder carries the state of one Parse call.
 type decoder struct {
-	cfg  *Config
-	cwd  string
-	ctx  *hcl.EvalContext // var, path, functions
-	vars map[string]*Variable
-	refs []pendingRef
+	cfg *Config
+	cwd string
+	// sandbox: LoadOptions.Sandbox; no host file or environment variable
+	// is read or probed.
+	sandbox bool
+	ctx     *hcl.EvalContext // var, path, functions
+	vars    map[string]*Variable
+	refs    []pendingRef
 	// envoyRefs are the descriptors' rate_limit names, checked last.
 	envoyRefs []pendingEnvoyRef
 	diags     hcl.Diagnostics
@@ -142,6 +145,7 @@ func (d *decoder) decodeFile(body hcl.Body, overrides map[string]cty.Value) {
 	}
 	d.resolveRefs()
 	d.resolveEnvoyRefs()
+	d.checkTokenUse()
 	d.diags = dedupDiags(d.diags)
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,13 +22,17 @@ import (
 const maxFileFuncSize = 4 << 20
 
 // functions returns the functions expressions may call: pure ones from
-// cty's stdlib plus file(), which reads relative to dir. None does other
-// I/O.
-func functions(dir string) map[string]function.Function {
+// cty's stdlib plus file(), which reads relative to dir (or, in a sandbox,
+// always fails). None does other I/O.
+func functions(dir string, sandbox bool) map[string]function.Function {
+	file := fileFunc(dir)
+	if sandbox {
+		file = sandboxFileFunc
+	}
 	return map[string]function.Function{
 		"coalesce":   stdlib.CoalesceFunc,
 		"concat":     stdlib.ConcatFunc,
-		"file":       fileFunc(dir),
+		"file":       file,
 		"format":     stdlib.FormatFunc,
 		"join":       stdlib.JoinFunc,
 		"jsonencode": stdlib.JSONEncodeFunc,
@@ -81,6 +86,17 @@ func fileFunc(dir string) function.Function {
 	})
 }
 
+// sandboxFileFunc is file() in a sandboxed parse: it reads nothing, and
+// its error does not depend on the path (not even on whether it exists).
+var sandboxFileFunc = function.New(&function.Spec{
+	Description: "Reads nothing: a configuration sent over the network may not read the daemon's files.",
+	Params:      []function.Parameter{{Name: "path", Type: cty.String}},
+	Type:        function.StaticReturnType(cty.String),
+	Impl: func([]cty.Value, cty.Type) (cty.Value, error) {
+		return cty.NilVal, errors.New("file() is not available in a sandboxed check: a configuration sent over the network (AdminService.Validate) may not read the daemon's files; check it there with `coordhost validate`")
+	},
+})
+
 // resolvePath makes p absolute against dir.
 func resolvePath(dir, p string) string {
 	if !filepath.IsAbs(p) {
@@ -99,7 +115,7 @@ func (d *decoder) baseContext() *hcl.EvalContext {
 				"cwd":    cty.StringVal(d.cwd),
 			}),
 		},
-		Functions: functions(d.cfg.Dir),
+		Functions: functions(d.cfg.Dir, d.sandbox),
 	}
 }
 

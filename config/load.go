@@ -29,6 +29,15 @@ type LoadOptions struct {
 	Vars map[string]cty.Value
 	// WorkDir is path.cwd; "" means the process's working directory.
 	WorkDir string
+	// Sandbox parses a source that somebody else sent (AdminService.Validate)
+	// without touching the host: file() fails, and so does every argument
+	// that reads or checks a file (module, path, TLS files, a token's
+	// secret_file) or the environment (secret_env), each with an error
+	// diagnostic that names the argument and quotes nothing read. path.cwd
+	// is path.config instead of the working directory (WorkDir is
+	// ignored). Vars still apply: pass none for a source you do not trust,
+	// or its variables can echo their values in diagnostics.
+	Sandbox bool
 }
 
 // Load reads and decodes the configuration file at path. Files ending in
@@ -72,6 +81,9 @@ func Parse(src []byte, filename string, opts LoadOptions) (*Config, hcl.Diagnost
 		cfg.Dir, _ = filepath.Abs(".")
 	}
 	cwd := opts.WorkDir
+	if opts.Sandbox {
+		cwd = cfg.Dir
+	}
 	if cwd == "" {
 		var err error
 		if cwd, err = os.Getwd(); err != nil {
@@ -97,7 +109,7 @@ func Parse(src []byte, filename string, opts LoadOptions) (*Config, hcl.Diagnost
 		return cfg, sortDiags(diags)
 	}
 
-	d := &decoder{cfg: cfg, cwd: cwd}
+	d := &decoder{cfg: cfg, cwd: cwd, sandbox: opts.Sandbox}
 	d.diags = diags
 	d.decodeFile(file.Body, opts.Vars)
 	return cfg, sortDiags(d.diags)

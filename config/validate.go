@@ -127,7 +127,12 @@ func (d *decoder) readableFile(a *hcl.Attribute) (string, bool) {
 }
 
 // openRegular opens p, which must be a regular file, or reports why not.
+// In a sandbox it reports that without looking at p.
 func (d *decoder) openRegular(a *hcl.Attribute, p string) (*os.File, bool) {
+	if d.sandbox {
+		d.sandboxed(a, "a file")
+		return nil, false
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		summary := "Cannot read file"
