@@ -54,6 +54,11 @@ func (s adminService) Reload(ctx context.Context, _ *connect.Request[coordhostv1
 // config.Load of the daemon's own file when source is empty. Nothing is
 // built, started or written: policies are not loaded. InvalidArgument
 // naming "filename" for a name with a NUL or over MaxAPINameBytes.
+//
+// A source is parsed sandboxed (config.LoadOptions.Sandbox), without the
+// daemon's -var values: it can neither read nor probe the daemon's files
+// or environment (file(), secret_file, secret_env, module and path are
+// errors), so no diagnostic can carry what they hold.
 func (s adminService) Validate(ctx context.Context, req *connect.Request[coordhostv1.ValidateRequest]) (*connect.Response[coordhostv1.ValidateResponse], error) {
 	m := req.Msg
 	cur := s.h.Config()
@@ -76,7 +81,7 @@ func (s adminService) Validate(ctx context.Context, req *connect.Request[coordho
 		if !filepath.IsAbs(name) {
 			name = filepath.Join(cur.Dir, name)
 		}
-		_, diags = config.Parse(m.GetSource(), name, s.h.opts.Load)
+		_, diags = config.Parse(m.GetSource(), name, config.LoadOptions{Sandbox: true})
 	}
 	return connect.NewResponse(&coordhostv1.ValidateResponse{Valid: !diags.HasErrors(), Diagnostics: diagnostics(diags)}), nil
 }

@@ -33,6 +33,7 @@ type generation struct {
 	rateLimits map[string]*namedRateLimit
 	waiter     *primitives.Waiter  // the one waiting connection every primitive of the generation shares
 	limiters   *ratelimit.Limiters // every rate limit's limiters, sharing the INCREX probe
+	auth       *authTable          // the network API's tokens (auth.go)
 
 	mu       sync.Mutex
 	inflight int
@@ -44,6 +45,7 @@ type generation struct {
 // closes what it had started.
 func (h *Host) build(ctx context.Context, cfg *config.Config) (_ *generation, err error) {
 	g := &generation{cfg: cfg, policies: map[string]*loadedPolicy{}, locks: map[string]*namedLock{}, latches: map[string]*namedLatch{}, rwlocks: map[string]*namedRWLock{}, semaphores: map[string]*namedSemaphore{}, leases: map[string]*namedLease{}, redlocks: map[string]*namedRedlock{}, rateLimits: map[string]*namedRateLimit{}}
+	g.auth = newAuthTable(cfg.Server)
 	defer func() {
 		if err != nil {
 			g.close(context.WithoutCancel(ctx))

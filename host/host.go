@@ -75,8 +75,9 @@ type Host struct {
 	closed   atomic.Bool
 	draining atomic.Bool // Drain: the server in front stops; streams ending now are not client disconnects
 	drains   sync.WaitGroup
-	nodes    nodeClients // redlock node clients, shared by generations (redlock.go)
-	holds    holdSet     // the API's Hold streams served here (holds.go)
+	nodes    nodeClients  // redlock node clients, shared by generations (redlock.go)
+	holds    holdSet      // the API's Hold and Wait streams served here (holds.go)
+	streams  streamCounts // open API streams per token (auth.go)
 }
 
 // New builds a Host from cfg: the Redis client (or opts.Client; or, without

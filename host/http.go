@@ -44,23 +44,23 @@ func (h *Host) Handler() http.Handler {
 	for p, hd := range reflectionHandlers(append(serviceNames(api), RLSService)) {
 		mux.Handle(p, hd)
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg}))
-	return mux
+	mux.Handle("GET /metrics", h.metricsAuth(promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg})))
+	return h.clientCertGate(mux)
 }
 
 // apiHandlers returns the coordhost.v1 services served so far and the gRPC health
 // service (SERVING while Ready succeeds, for "" and healthServices), by
 // path prefix.
 func (h *Host) apiHandlers() map[string]http.Handler {
-	opt := connect.WithReadMaxBytes(MaxAPIRequestBytes)
-	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt)
-	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt)
-	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt)
-	lp, lh := coordhostv1connect.NewLockServiceHandler(lockService{h}, opt)
-	ep, eh := coordhostv1connect.NewLeaseServiceHandler(leaseService{h}, opt)
-	wp, wh := coordhostv1connect.NewRWLockServiceHandler(rwlockService{h}, opt)
-	mp, mh := coordhostv1connect.NewSemaphoreServiceHandler(semaphoreService{h}, opt)
-	xp, xh := coordhostv1connect.NewLatchServiceHandler(latchService{h}, opt)
+	opt := h.apiOptions()
+	rp, rh := coordhostv1connect.NewRateLimitServiceHandler(rateLimitService{h}, opt...)
+	ap, ah := coordhostv1connect.NewAdminServiceHandler(adminService{h}, opt...)
+	sp, sh := coordhostv1connect.NewSessionServiceHandler(sessionService{h}, opt...)
+	lp, lh := coordhostv1connect.NewLockServiceHandler(lockService{h}, opt...)
+	ep, eh := coordhostv1connect.NewLeaseServiceHandler(leaseService{h}, opt...)
+	wp, wh := coordhostv1connect.NewRWLockServiceHandler(rwlockService{h}, opt...)
+	mp, mh := coordhostv1connect.NewSemaphoreServiceHandler(semaphoreService{h}, opt...)
+	xp, xh := coordhostv1connect.NewLatchServiceHandler(latchService{h}, opt...)
 	hp, hh := grpchealth.NewHandler(healthChecker{h})
 	return map[string]http.Handler{rp: rh, ap: ah, sp: sh, lp: lh, ep: eh, wp: wh, mp: mh, xp: xh, hp: hh}
 }

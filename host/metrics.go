@@ -42,6 +42,7 @@ type metrics struct {
 	redlock   *redlockMetrics   // named redlocks (redlockmetrics.go)
 	ratelimit *rateLimitMetrics // named rate limits (ratelimitmetrics.go)
 	rls       *rlsMetrics       // the Envoy rate-limit service (rls.go)
+	auth      *authMetrics      // refused API requests (auth.go)
 
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
@@ -125,6 +126,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		lease:     newLeaseMetrics(),
 		ratelimit: newRateLimitMetrics(),
 		rls:       newRLSMetrics(),
+		auth:      newAuthMetrics(),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -152,8 +154,9 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
+	cs := append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
 		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.lease.collectors()...), append(append(m.redlock.collectors(), m.ratelimit.collectors()...), m.rls.collectors()...)...)...)
+	return append(cs, m.auth.collectors()...)
 }
 
 // unregister removes the collectors this Host registered, so the registry

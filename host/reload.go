@@ -53,7 +53,7 @@ func (h *Host) Reload(ctx context.Context) error {
 	h.metrics.reloads.WithLabelValues("ok").Inc()
 	h.log.Info("configuration reloaded", "generation", n, "path", cfg.Path, "policies", len(cfg.Policies), "locks", len(cfg.Locks),
 		"rwlocks", len(cfg.RWLocks), "semaphores", len(cfg.Semaphores), "leases", len(cfg.Leases), "latches", len(cfg.Latches),
-		"redlocks", len(cfg.Redlocks), "rate_limits", len(cfg.RateLimits))
+		"redlocks", len(cfg.Redlocks), "rate_limits", len(cfg.RateLimits), "tokens", len(cfg.Server.Tokens))
 	h.drains.Add(1)
 	go func() {
 		defer h.drains.Done()
@@ -122,6 +122,13 @@ func serverChange(a, b config.Server) string {
 	}
 	if a.LogLevel != b.LogLevel {
 		changed = append(changed, "log_level")
+	}
+	// The listener's certificate files are re-read on SIGHUP (ServerTLS),
+	// but which files, and whether there is TLS at all, is fixed at start.
+	// Tokens and metrics_open apply at reload.
+	if (a.TLS == nil) != (b.TLS == nil) || a.TLS != nil && (a.TLS.CertFile != b.TLS.CertFile ||
+		a.TLS.KeyFile != b.TLS.KeyFile || a.TLS.ClientCAFile != b.TLS.ClientCAFile) {
+		changed = append(changed, "tls")
 	}
 	return strings.Join(changed, ", ")
 }

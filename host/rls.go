@@ -66,7 +66,7 @@ func (m *rlsMetrics) collectors() []prometheus.Collector {
 
 // rlsHandler returns the Envoy rate-limit service's handler.
 func (h *Host) rlsHandler() http.Handler {
-	return connect.NewUnaryHandler(RLSProcedure, h.shouldRateLimit, connect.WithReadMaxBytes(MaxRLSRequestBytes))
+	return connect.NewUnaryHandler(RLSProcedure, h.shouldRateLimit, append(h.apiOptions(), connect.WithReadMaxBytes(MaxRLSRequestBytes))...)
 }
 
 // rlsDecision is one descriptor's plan: the rate limit to ask (nil for an
