@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -26,6 +27,41 @@ const (
 	// readHeaderTimeout bounds the reading of a request's headers.
 	readHeaderTimeout = 10 * time.Second
 )
+
+// The server's keep-alive: an HTTP/2 connection silent for h2PingAfter
+// gets a PING, and is closed when the answer takes longer than
+// h2PingTimeout (a client gone without a FIN, a NAT that dropped the
+// flow); a connection with no request in flight for idleTimeout is
+// closed.
+const (
+	h2PingAfter   = 15 * time.Second
+	h2PingTimeout = 10 * time.Second
+	idleTimeout   = 2 * time.Minute
+)
+
+// keepalive is the server's keep-alive (tests shorten it).
+type keepalive struct{ pingAfter, pingTimeout, idle time.Duration }
+
+// newHTTPServer is the daemon's HTTP server for handler: HTTP/1.1, and
+// HTTP/2 by ALPN with TLS (tlsOn) or cleartext (h2c) without, with the
+// keep-alive ka.
+func newHTTPServer(handler http.Handler, tlsOn bool, ka keepalive, errLog *log.Logger) *http.Server {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	if tlsOn {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	return &http.Server{
+		Protocols:         protocols,
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       ka.idle,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: ka.pingAfter, PingTimeout: ka.pingTimeout},
+		ErrorLog:          errLog,
+	}
+}
 
 // serveArgs is a parsed `serve` command line.
 type serveArgs struct {
@@ -116,6 +152,15 @@ func runServe(ctx context.Context, args []string, e *env) int {
 	}
 	defer ln.Close() // after Serve it is closed already; harmless
 
+	// The certificate next: a bad one fails before anything is started.
+	var stls *host.ServerTLS
+	if t := cfg.Server.TLS; t != nil {
+		if stls, err = host.NewServerTLS(t, log); err != nil {
+			log.Error("cannot load the TLS certificate", "err", err)
+			return exitFailure
+		}
+	}
+
 	log.Info("starting coordhost", "version", versionString(), "config", cfg.Path)
 	startCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -143,24 +188,29 @@ func runServe(ctx context.Context, args []string, e *env) int {
 		// must still be said.
 		e.logf("dev mode: %s has no redis block; started a private redis-server on unix socket %s", sa.file, dev)
 	}
-	// HTTP/1.1 and HTTP/2 cleartext (h2c) on one port: gRPC clients of the
-	// Envoy rate-limit service need HTTP/2, curl and probes may use 1.1.
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Protocols:         protocols,
-		Handler:           h.Handler(),
-		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          slog.NewLogLogger(handler, slog.LevelWarn),
-	}
+	// HTTP/1.1 and HTTP/2 on one port (cleartext h2c without a tls
+	// block): gRPC clients need HTTP/2, curl and probes may use 1.1.
+	srv := newHTTPServer(h.Handler(), stls != nil, keepalive{h2PingAfter, h2PingTimeout, idleTimeout}, slog.NewLogLogger(handler, slog.LevelWarn))
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	if stls != nil {
+		srv.TLSConfig = stls.Config()
+		go func() { served <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- srv.Serve(ln) }()
+	}
+	log.Info("network API", "tls", stls != nil, "mutual_tls", stls != nil && stls.MutualTLS(),
+		"tokens", len(cfg.Server.Tokens), "metrics_open", !cfg.Server.Auth() || cfg.Server.MetricsOpen)
+	if !cfg.Server.Auth() && (stls == nil || !stls.MutualTLS()) && !loopback(ln.Addr()) {
+		log.Warn("the network API is open to every client that reaches it (no token blocks, no client_ca_file); see docs/security.md", "addr", ln.Addr().String())
+	}
 	log.Info("listening", "addr", ln.Addr().String(), "generation", h.Generation())
 
 	r := newReloader(ctx, h, log)
 	if hupWhileStarting.Load() {
 		log.Info("got SIGHUP while starting; reloading configuration", "config", cfg.Path)
+		if stls != nil {
+			_ = stls.Reload()
+		}
 		r.request()
 	}
 	status := exitOK
@@ -170,6 +220,9 @@ loop:
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				log.Info("got SIGHUP; reloading configuration", "config", cfg.Path)
+				if stls != nil {
+					_ = stls.Reload() // logs either way; a bad certificate keeps the old one
+				}
 				r.request()
 				continue
 			}
@@ -193,6 +246,12 @@ loop:
 		log.Info("stopped")
 	}
 	return status
+}
+
+// loopback reports whether a listener's address is on loopback.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }
 
 // shutdown stops srv (in-flight requests may finish) and then h, each
