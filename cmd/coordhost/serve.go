@@ -26,6 +26,9 @@ const (
 	reloadTimeout = time.Minute
 	// readHeaderTimeout bounds the reading of a request's headers.
 	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes bounds a request's headers (HTTP/1.1), or its header
+	// list (HTTP/2); net/http's default is 1 MiB.
+	maxHeaderBytes = 64 << 10
 )
 
 // The server's keep-alive: an HTTP/2 connection silent for h2PingAfter
@@ -57,6 +60,7 @@ func newHTTPServer(handler http.Handler, tlsOn bool, ka keepalive, errLog *log.L
 		Protocols:         protocols,
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       ka.idle,
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: ka.pingAfter, PingTimeout: ka.pingTimeout},
 		ErrorLog:          errLog,

@@ -225,7 +225,7 @@ func TestServeHTTP2Keepalive(t *testing.T) {
 	}
 	srv := newHTTPServer(http.NotFoundHandler(), false, keepalive{pingAfter: 300 * time.Millisecond, pingTimeout: 300 * time.Millisecond, idle: time.Minute},
 		log.New(io.Discard, "", 0))
-	if srv.IdleTimeout != time.Minute || srv.HTTP2.SendPingTimeout != 300*time.Millisecond || !srv.Protocols.UnencryptedHTTP2() || !srv.Protocols.HTTP1() {
+	if srv.IdleTimeout != time.Minute || srv.MaxHeaderBytes != maxHeaderBytes || srv.HTTP2.SendPingTimeout != 300*time.Millisecond || !srv.Protocols.UnencryptedHTTP2() || !srv.Protocols.HTTP1() {
 		t.Fatalf("server: %+v", srv)
 	}
 	ts := httptest.NewUnstartedServer(srv.Handler)
