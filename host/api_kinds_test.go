@@ -338,10 +338,15 @@ func TestAPIRedlock(t *testing.T) {
 	if g.GetFencingToken() != 0 || g.GetExpiresAt() == nil || g.GetTtl().AsDuration() != time.Second {
 		t.Fatalf("redlock grant %v", g)
 	}
+	// A majority holds it (a node still in its restart guard may not).
+	var holding []*redistest.Server
 	for _, n := range nodes {
-		if v := n.MustCmd(t, "GET", "m:coordhost:redlock:invoice"); v != g.GetOwnershipToken() {
-			t.Fatalf("node %s holds %q", n.Addr, v)
+		if v, _ := n.Cmd(t, "GET", "m:coordhost:redlock:invoice"); v == g.GetOwnershipToken() {
+			holding = append(holding, n)
 		}
+	}
+	if len(holding) < 2 {
+		t.Fatalf("%d of 3 nodes hold the grant", len(holding))
 	}
 	_, err = c.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", Kind: coordhostv1.LockKind_LOCK_KIND_REDLOCK}))
 	wantCode(t, "a second holder", err, connect.CodeAborted, coordhostv1.Reason_REASON_CONTENDED, "")
@@ -352,7 +357,7 @@ func TestAPIRedlock(t *testing.T) {
 	if err != nil || r.Msg.GetGrant().GetExpiresAt() == nil {
 		t.Fatalf("Renew: %v %v", r, err)
 	}
-	for _, n := range nodes {
+	for _, n := range holding {
 		if p, _ := strconv.Atoi(n.MustCmd(t, "PTTL", "m:coordhost:redlock:invoice")); p < 900 {
 			t.Fatalf("node %s: PTTL %d after the renewal", n.Addr, p)
 		}

@@ -378,9 +378,15 @@ func TestAuthStreams(t *testing.T) {
 	}
 	third.CloseRequest()
 	third.CloseResponse()
-	// Another token's streams are counted apart.
+	// Another token's streams are counted apart (on its own session: a
+	// session belongs to the token that created it).
 	rc := coordhostv1connect.NewSessionServiceClient(withToken(hc, readerSecret), url, connect.WithGRPC())
-	keepAlive(t, ctx, rc, id)
+	rcr, err := rc.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid := rcr.Msg.GetSession().GetSessionId()
+	keepAlive(t, ctx, rc, rid)
 	// A stream that ends gives its place back.
 	scancel()
 	first.CloseRequest()
@@ -401,7 +407,7 @@ func TestAuthStreams(t *testing.T) {
 
 	// A reload that removes app: its open stream ends at its next message
 	// with Unauthenticated; reader's stream goes on.
-	readerStream := keepAlive(t, ctx, rc, id)
+	readerStream := keepAlive(t, ctx, rc, rid)
 	src := readFile(t, path)
 	start := strings.Index(src, `  token "app" {`)
 	end := start + strings.Index(src[start:], "  }\n") + len("  }\n")
@@ -419,7 +425,7 @@ func TestAuthStreams(t *testing.T) {
 	if !strings.Contains(err.Error(), "no longer valid") {
 		t.Fatalf("app's stream: %v", err)
 	}
-	if err := readerStream.Send(&coordhostv1.KeepAliveRequest{SessionId: id}); err != nil {
+	if err := readerStream.Send(&coordhostv1.KeepAliveRequest{SessionId: rid}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := readerStream.Receive(); err != nil {
