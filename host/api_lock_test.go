@@ -3,6 +3,8 @@ package host_test
 import (
 	"context"
 	"encoding/base64"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -312,5 +314,32 @@ func TestAPILockTwoHosts(t *testing.T) {
 	}
 	if n := s.MustCmd(t, "EXISTS", "m:coordhost:lock:invoice"); n != "0" {
 		t.Fatal("the lock is still held after B released it")
+	}
+}
+
+// Connect JSON refuses an unknown field (connect's own codec drops it): a
+// misspelt "session" must not take a grant outside the session.
+func TestAPIUnknownJSONField(t *testing.T) {
+	s := redistest.Start(t)
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, lockBlocks))
+	url, hc := apiServer(t, h)
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8"} {
+		req, err := http.NewRequest("POST", url+"/coordhost.v1.LockService/Acquire", strings.NewReader(`{"name":"invoice","session":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ct)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !strings.Contains(string(body), "invalid_argument") {
+			t.Fatalf("%s: %d %s", ct, resp.StatusCode, body)
+		}
+	}
+	if n := s.MustCmd(t, "DBSIZE"); n != "0" {
+		t.Fatalf("a request with an unknown field wrote %s keys", n)
 	}
 }

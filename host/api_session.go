@@ -48,7 +48,14 @@ var (
 	sessionGet    = rueidis.NewLuaScript(lua.SessionGet)
 	sessionAttach = rueidis.NewLuaScript(lua.SessionAttach)
 	sessionClose  = rueidis.NewLuaScript(lua.SessionClose)
+	sessionQuota  = rueidis.NewLuaScript(lua.SessionQuota)
 )
+
+// SessionQuotaKeyPrefix follows the redis block's key_prefix in the key of
+// an API token's live sessions (<key_prefix>coordhost:session-quota:<token
+// name>): a sorted set of session ids by expiry, which bounds the token's
+// sessions by its max_sessions across every daemon.
+const SessionQuotaKeyPrefix = "coordhost:session-quota:"
 
 // MaxSessionGrants is the most grants one session may hold; one more is
 // ResourceExhausted (REASON_CLIENT_LIMIT), and the grant is released.
@@ -203,16 +210,31 @@ func (s sessionService) CreateSession(ctx context.Context, req *connect.Request[
 		return nil, cerr
 	}
 	id := randomID(sessionIDBytes)
+	tok, max := callerToken(ctx), callerMaxSessions(ctx)
+	if max > 0 {
+		n, err := sessionQuota.Exec(ctx, s.h.client, []string{s.h.quotaKey(tok)},
+			[]string{id, strconv.Itoa(max), strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
+		if err != nil {
+			return nil, sessionError(ctx, err)
+		}
+		if n != 1 {
+			return nil, apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "", "",
+				fmt.Errorf("the API token %q holds %d live sessions, its max_sessions: close one or let it expire", tok, max))
+		}
+	}
 	rod := "0"
 	if req.Msg.GetReleaseOnDisconnect() {
 		rod = "1"
 	}
-	st, err := s.h.runSession(ctx, sessionCreate, id, strconv.FormatInt(ttl.Milliseconds(), 10), rod, callerToken(ctx))
+	st, err := s.h.runSession(ctx, sessionCreate, id, strconv.FormatInt(ttl.Milliseconds(), 10), rod, tok)
 	if connect.CodeOf(err) == connect.CodeNotFound {
 		// The script's nil here means the id was taken.
 		err = apiError(connect.CodeInternal, coordhostv1.Reason_REASON_UNSPECIFIED, "", "", errSessionExists)
 	}
 	if err != nil {
+		if max > 0 {
+			s.h.unquote(context.WithoutCancel(ctx), tok, id)
+		}
 		return nil, err
 	}
 	return connect.NewResponse(&coordhostv1.CreateSessionResponse{Session: st.msg}), nil
@@ -226,7 +248,33 @@ func (h *Host) renewSession(ctx context.Context, id, renewer string) (*coordhost
 		return nil, err
 	}
 	h.renewSessionGrants(ctx, id, st)
+	if tok := callerToken(ctx); tok != "" && callerMaxSessions(ctx) > 0 {
+		// Keep the session counted until its new expiry (best effort: at
+		// worst it stops counting at its old one).
+		c, key := h.client, h.quotaKey(tok)
+		for _, r := range c.DoMulti(ctx,
+			c.B().Zadd().Key(key).Xx().ScoreMember().ScoreMember(float64(st.msg.GetExpiresAt().AsTime().UnixMilli()), id).Build(),
+			c.B().Pexpire().Key(key).Milliseconds(st.ttl.Milliseconds()).Gt().Build()) {
+			if err := r.Error(); err != nil {
+				h.log.Debug("session: updating the token's session count failed", "error", err)
+			}
+		}
+	}
 	return st.msg, nil
+}
+
+// quotaKey is the key of API token tok's live sessions.
+func (h *Host) quotaKey(tok string) string { return h.keyPfx + SessionQuotaKeyPrefix + tok }
+
+// unquote stops counting session id against token tok, best effort.
+func (h *Host) unquote(ctx context.Context, tok, id string) {
+	if tok == "" {
+		return
+	}
+	c := h.client
+	if err := c.Do(ctx, c.B().Zrem().Key(h.quotaKey(tok)).Member(id).Build()).Error(); err != nil {
+		h.log.Debug("session: updating the token's session count failed", "error", err)
+	}
 }
 
 // RenewSession serves SessionService.RenewSession: the session's expiry
@@ -310,6 +358,7 @@ func (h *Host) closeSession(ctx context.Context, id, renewer string) (closed boo
 	// daemon's own account, within one bound, whatever the caller's ctx.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionReleaseTimeout)
 	defer cancel()
+	h.unquote(rctx, callerToken(ctx), id)
 	return true, h.releaseGrants(rctx, ids), nil
 }
 

@@ -366,12 +366,13 @@ func callerMaxSessions(ctx context.Context) int {
 }
 
 // apiOptions are the options of every coordhost.v1 and Envoy rate-limit
-// handler: the request size bound and the authentication interceptor.
+// handler: the request size bound, the authentication interceptor and
+// JSON that refuses unknown fields (codec.go).
 func (h *Host) apiOptions() []connect.HandlerOption {
-	return []connect.HandlerOption{
+	return append([]connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxAPIRequestBytes),
 		connect.WithInterceptors(authInterceptor{h}),
-	}
+	}, jsonCodecs()...)
 }
 
 // authInterceptor authenticates and authorizes every call of the handlers

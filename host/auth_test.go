@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
 	"github.com/coordhost/coordhost/gen/coordhost/v1/coordhostv1connect"
@@ -548,5 +549,72 @@ func TestAuthTLS(t *testing.T) {
 	}
 	if got := metricValue(text, `coordhost_api_auth_failures_total{reason="client_cert",token=""}`); got != 3 {
 		t.Errorf("client_cert = %v\n%s", got, grep(text, "auth_failures"))
+	}
+}
+
+// A token's max_sessions bounds its live sessions across daemons on one
+// Redis: one more is ResourceExhausted (REASON_CLIENT_LIMIT) and writes no
+// session; a closed or expired session gives its place back; another
+// token's sessions are counted apart; a session belongs to its token.
+func TestAuthMaxSessions(t *testing.T) {
+	s := redistest.Start(t)
+	path := authConfig(t, s.Addr, strings.Replace(authTokens, "    max_streams   = 2\n", "    max_streams   = 2\n    max_sessions  = 2\n", 1))
+	urlA, hcA := apiServer(t, newHost(t, path))
+	urlB, hcB := apiServer(t, newHost(t, path))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := coordhostv1connect.NewSessionServiceClient(withToken(hcA, appSecret), urlA, connect.WithGRPC())
+	b := coordhostv1connect.NewSessionServiceClient(withToken(hcB, appSecret), urlB, connect.WithProtoJSON())
+	reader := coordhostv1connect.NewSessionServiceClient(withToken(hcA, readerSecret), urlA, connect.WithGRPC())
+	create := func(c coordhostv1connect.SessionServiceClient, ttl time.Duration) (string, error) {
+		r, err := c.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(ttl)}))
+		if err != nil {
+			return "", err
+		}
+		return r.Msg.GetSession().GetSessionId(), nil
+	}
+	first, err := create(a, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := create(b, time.Second) // at the other daemon
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.MustCmd(t, "DBSIZE")
+	_, err = create(a, time.Minute)
+	if d := errDetail(t, err); connect.CodeOf(err) != connect.CodeResourceExhausted || d == nil || d.Reason != coordhostv1.Reason_REASON_CLIENT_LIMIT {
+		t.Fatalf("a third session: %v (detail %v)", err, d)
+	}
+	if got := s.MustCmd(t, "DBSIZE"); got != keys {
+		t.Fatalf("the refused session changed DBSIZE from %s to %s", keys, got)
+	}
+	if _, err := create(reader, time.Minute); err != nil {
+		t.Fatalf("another token's session: %v", err)
+	}
+	// Another token cannot touch app's session.
+	_, err = reader.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: first}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("reader renewing app's session: %v", err)
+	}
+	// Closing one gives its place back.
+	if _, err := b.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: first})); err != nil {
+		t.Fatal(err)
+	}
+	third, err := create(a, time.Minute)
+	if err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+	// So does one that expires unrenewed.
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := create(b, time.Minute); err != nil {
+		t.Fatalf("after %s expired: %v", short, err)
+	}
+	// A renewed session keeps counting past its first expiry.
+	if _, err := a.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: third})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(a, time.Minute); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a third live session: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func (h *Host) Handler() http.Handler {
 	for p, hd := range api {
 		mux.Handle(p, hd)
 	}
-	for p, hd := range reflectionHandlers(append(serviceNames(api), RLSService)) {
+	for p, hd := range reflectionHandlers(append(serviceNames(api), RLSService), h.apiOptions()...) {
 		mux.Handle(p, hd)
 	}
 	mux.Handle("GET /metrics", h.metricsAuth(promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg})))

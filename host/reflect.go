@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 )
 
@@ -16,15 +17,17 @@ import (
 // Go package is linked in (those of connect's grpchealth and grpcreflect
 // come from grpcreflect's own embedded copy).
 //
-// The reflection stream is bidirectional: it needs HTTP/2, like gRPC.
-func reflectionHandlers(services []string) map[string]http.Handler {
+// The reflection stream is bidirectional: it needs HTTP/2, like gRPC. opts
+// are the handlers' options (apiOptions: with tokens configured, reflection
+// needs one too).
+func reflectionHandlers(services []string, opts ...connect.HandlerOption) map[string]http.Handler {
 	names := slices.Clone(services)
 	names = append(names, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName)
 	slices.Sort(names)
 	names = slices.Compact(names)
 	r := grpcreflect.NewStaticReflector(names...)
-	p1, h1 := grpcreflect.NewHandlerV1(r)
-	pa, ha := grpcreflect.NewHandlerV1Alpha(r)
+	p1, h1 := grpcreflect.NewHandlerV1(r, opts...)
+	pa, ha := grpcreflect.NewHandlerV1Alpha(r, opts...)
 	return map[string]http.Handler{p1: h1, pa: ha}
 }
 

@@ -67,6 +67,7 @@ var (
 	SessionGet    = args + sessionLib + sessionGet
 	SessionAttach = args + sessionLib + sessionAttach
 	SessionClose  = args + sessionLib + sessionClose
+	SessionQuota  = args + sessionQuota
 )
 
 // Rate-limit scripts (primitives/ratelimit), after ratelimit_lib.lua
@@ -150,6 +151,8 @@ var (
 	sessionAttach string
 	//go:embed session_close.lua
 	sessionClose string
+	//go:embed session_quota.lua
+	sessionQuota string
 	//go:embed ratelimit_lib.lua
 	ratelimitLib string
 	//go:embed ratelimit_fixed.lua
