@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -476,4 +477,42 @@ func TestAPIGrantKindsBadInput(t *testing.T) {
 		t.Fatalf("a Hold's permit of a ttl = none block: %v", st.Msg().GetGrant())
 	}
 	st.Close()
+}
+
+// A name no block has makes no metric series, whatever the service: a
+// client could otherwise grow /metrics without end.
+func TestAPIUnconfiguredNamesMakeNoSeries(t *testing.T) {
+	s := redistest.Start(t, redistest.WithKind(redistest.Redis80))
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, kindBlocks+lockBlocks))
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const made = "made-up-name-4711"
+	lk := coordhostv1connect.NewLockServiceClient(hc, url, connect.WithGRPC())
+	for _, kind := range []coordhostv1.LockKind{coordhostv1.LockKind_LOCK_KIND_UNSPECIFIED, coordhostv1.LockKind_LOCK_KIND_REDLOCK} {
+		_, err := lk.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: made, Kind: kind}))
+		wantCode(t, "lock", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	}
+	_, err := lk.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "slot"})) // a semaphore's name
+	wantCode(t, "lock named like a semaphore", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	_, err = coordhostv1connect.NewSemaphoreServiceClient(hc, url).TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireSemaphoreRequest{Name: made}))
+	wantCode(t, "semaphore", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	_, err = coordhostv1connect.NewLeaseServiceClient(hc, url).TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLeaseRequest{Name: made, Field: "f"}))
+	wantCode(t, "lease", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	_, err = coordhostv1connect.NewRWLockServiceClient(hc, url).TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireRWLockRequest{Name: made, Mode: coordhostv1.LockMode_LOCK_MODE_READ}))
+	wantCode(t, "rwlock", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	if strings.Contains(err.Error(), "host:") || !strings.Contains(err.Error(), `no rwlock "`+made+`" is configured`) {
+		t.Errorf("NotFound message: %v", err)
+	}
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{made, `lock="slot"`} {
+		if strings.Contains(string(body), name) {
+			t.Errorf("/metrics has a series for %s", name)
+		}
+	}
 }

@@ -247,17 +247,44 @@ func acquireWithin[T any](ctx context.Context, w apiWait, acquire func(context.C
 	return got, err
 }
 
+// notConfigured is the message of a NotFound for name: the kind of block
+// that has no such name, without the configuration's path (clients need
+// not know it) or a Go package's prefix.
+func notConfigured(err error, name string) error {
+	kind := "block"
+	for _, k := range []struct {
+		err  error
+		kind string
+	}{{ErrNoLock, "lock"}, {ErrNoRedlock, "redlock"}, {ErrNoLease, "lease"}, {ErrNoRWLock, "rwlock"},
+		{ErrNoSemaphore, "semaphore"}, {ErrNoLatch, "latch"}} {
+		if errors.Is(err, k.err) {
+			kind = k.kind
+		}
+	}
+	return fmt.Errorf("no %s %q is configured", kind, name)
+}
+
 // unconfigured lists the errors of a name no block of its kind has.
 var unconfigured = []error{ErrNoLock, ErrNoRedlock, ErrNoLease, ErrNoRWLock, ErrNoSemaphore, ErrNoLatch}
+
+// unconfiguredName reports whether err says no block of its kind has the
+// name: such a call is not counted in a metric labelled by name, since any
+// client could make up names without end.
+func unconfiguredName(err error) bool {
+	for _, e := range unconfigured {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // grantError maps an error of a grant operation (op "acquire", "renew",
 // "release") on name to a status. contended is the status of contention:
 // Aborted for exclusive leases, ResourceExhausted for permits.
 func grantError(ctx context.Context, op, name string, contended connect.Code, err error) error {
-	for _, e := range unconfigured {
-		if errors.Is(err, e) {
-			return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", name, err)
-		}
+	if unconfiguredName(err) {
+		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", name, notConfigured(err, name))
 	}
 	switch {
 	case errors.Is(err, policies.ErrPartition), errors.Is(err, primitives.ErrInvalidKey):

@@ -54,6 +54,9 @@ func (m *leaseMetrics) declare(name string) {
 
 // observeAcquire counts one acquisition call of the lease block name.
 func (m *leaseMetrics) observeAcquire(ctx context.Context, name string, waits bool, d time.Duration, err error) {
+	if unconfiguredName(err) {
+		return // a made-up name must not make a series (cardinality)
+	}
 	outcome := acquireOutcome(ctx, waits, err)
 	if outcome == lock.AcquireError.String() && errors.Is(err, primitives.ErrUnsupported) {
 		outcome = outcomeUnsupported

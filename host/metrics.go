@@ -302,6 +302,9 @@ const outcomePartitionFailed = "partition_failed"
 // observeAcquire counts one acquisition call of the named lock name that
 // took d: waits says Acquire (true) or TryAcquire; ctx is the caller's.
 func (m *metrics) observeAcquire(ctx context.Context, name string, waits bool, d time.Duration, err error) {
+	if unconfiguredName(err) {
+		return // a made-up name must not make a series (cardinality)
+	}
 	outcome := acquireOutcome(ctx, waits, err)
 	m.acquires.WithLabelValues(name, outcome).Inc()
 	m.wait.WithLabelValues(name, outcome).Observe(d.Seconds())

@@ -64,6 +64,9 @@ func (r *redlockMetrics) collectors() []prometheus.Collector {
 
 // observeAcquire counts one acquisition call of the named redlock name.
 func (r *redlockMetrics) observeAcquire(ctx context.Context, name string, waits bool, d time.Duration, err error) {
+	if unconfiguredName(err) {
+		return // a made-up name must not make a series (cardinality)
+	}
 	outcome := acquireOutcome(ctx, waits, err)
 	r.acquires.WithLabelValues(name, outcome).Inc()
 	r.wait.WithLabelValues(name, outcome).Observe(d.Seconds())

@@ -59,6 +59,9 @@ func (m *rwlockMetrics) collectors() []prometheus.Collector {
 
 // observeAcquire counts one acquisition call of the named rwlock name.
 func (m *rwlockMetrics) observeAcquire(ctx context.Context, name string, mode rwlock.Mode, waits bool, d time.Duration, err error) {
+	if unconfiguredName(err) {
+		return // a made-up name must not make a series (cardinality)
+	}
 	outcome := acquireOutcome(ctx, waits, err)
 	m.acquires.WithLabelValues(name, mode.String(), outcome).Inc()
 	m.wait.WithLabelValues(name, mode.String(), outcome).Observe(d.Seconds())

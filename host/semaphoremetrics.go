@@ -76,6 +76,9 @@ func (m *semaphoreMetrics) collectors() []prometheus.Collector {
 
 // observeAcquire counts one acquisition call of the named semaphore name.
 func (m *semaphoreMetrics) observeAcquire(ctx context.Context, name string, waits bool, d time.Duration, err error) {
+	if unconfiguredName(err) {
+		return // a made-up name must not make a series (cardinality)
+	}
 	outcome := semaphoreOutcome(ctx, waits, err)
 	m.acquires.WithLabelValues(name, outcome).Inc()
 	m.wait.WithLabelValues(name, outcome).Observe(d.Seconds())
