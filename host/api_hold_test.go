@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -335,5 +336,40 @@ func TestAPISessionGrantsRestart(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("the waiter did not get the lock when the session closed")
+	}
+}
+
+// A Hold released by id at its own daemon (as `coordhost lock hold
+// -server` does when CMD exits) counts as a release, not as a lock found
+// gone at the Hold's end.
+func TestAPILockHoldReleasedByIDMetrics(t *testing.T) {
+	s := redistest.Start(t)
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, lockBlocks))
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newLockClients(hc, url, connect.WithGRPC())
+	st, err := c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "invoice"}))
+	if err != nil || !st.Receive() {
+		t.Fatal(err, st.Err())
+	}
+	if _, err := c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: st.Msg().GetGrant().GetGrantId()})); err != nil {
+		t.Fatal(err)
+	}
+	for st.Receive() {
+	}
+	st.Close()
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	if v := metricValue(text, `coordhost_lock_releases_total{lock="invoice",result="released"}`); v != 1 {
+		t.Errorf("released = %v\n%s", v, grep(text, "coordhost_lock_"))
+	}
+	if v := metricValue(text, `coordhost_lock_lost_total{lock="invoice",reason="release_absent"}`); v != 0 {
+		t.Errorf("lost (release_absent) = %v\n%s", v, grep(text, "coordhost_lock_lost"))
 	}
 }

@@ -350,7 +350,7 @@ func (s latchService) Wait(ctx context.Context, req *connect.Request[coordhostv1
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	id := "latch-wait/" + randomID(12)
-	if !s.h.holds.add(id, cancel) {
+	if !s.h.holds.add(id, nil, cancel) {
 		return errLatchWaitDraining(name)
 	}
 	defer s.h.holds.done(id)

@@ -252,9 +252,14 @@ func (h *Host) releaseByID(ctx context.Context, id, kind string, contended conne
 	if err := authorizeName(ctx, r.Name); err != nil {
 		return 0, err
 	}
-	g, err := h.resume(r)
-	if err != nil {
-		return 0, grantError(ctx, "release", r.Name, contended, err)
+	// A Hold of the grant served here releases through its own handle, so
+	// that its metrics see a release, not a grant found gone at its end.
+	g := h.holds.held(r.Token)
+	if g == nil {
+		var err error
+		if g, err = h.resume(r); err != nil {
+			return 0, grantError(ctx, "release", r.Name, contended, err)
+		}
 	}
 	res, err := g.lease.Release(ctx)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // shutdown up for its whole timeout).
 type holdSet struct {
 	mu      sync.Mutex
-	m       map[string]context.CancelCauseFunc
+	m       map[string]holdEntry
 	wg      sync.WaitGroup // running holds: Shutdown waits for their releases
 	drained bool
 }
@@ -26,17 +26,25 @@ type holdSet struct {
 var errDraining = apiError(connect.CodeUnavailable, coordhostv1.Reason_REASON_UNSPECIFIED, "", "",
 	errors.New("the daemon is shutting down: the grant was released; acquire again (at another daemon)"))
 
-// add registers a Hold of token; false once the set is drained.
-func (s *holdSet) add(token string, cancel context.CancelCauseFunc) bool {
+// holdEntry is one stream of the set: how to end it, and for a Hold its
+// grant (nil for a Wait).
+type holdEntry struct {
+	cancel context.CancelCauseFunc
+	g      *held
+}
+
+// add registers a stream by token (a Hold's ownership token, a Wait's id)
+// with its grant g (nil for none); false once the set is drained.
+func (s *holdSet) add(token string, g *held, cancel context.CancelCauseFunc) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.drained {
 		return false
 	}
 	if s.m == nil {
-		s.m = map[string]context.CancelCauseFunc{}
+		s.m = map[string]holdEntry{}
 	}
-	s.m[token] = cancel
+	s.m[token] = holdEntry{cancel: cancel, g: g}
 	s.wg.Add(1)
 	return true
 }
@@ -52,19 +60,26 @@ func (s *holdSet) done(token string) {
 // end ends the Hold of token, if one runs here, with cause.
 func (s *holdSet) end(token string, cause error) {
 	s.mu.Lock()
-	cancel := s.m[token]
+	e := s.m[token]
 	s.mu.Unlock()
-	if cancel != nil {
-		cancel(cause)
+	if e.cancel != nil {
+		e.cancel(cause)
 	}
+}
+
+// held returns the grant of the Hold of token served here, or nil.
+func (s *holdSet) held(token string) *held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[token].g
 }
 
 // drain ends every Hold and refuses new ones.
 func (s *holdSet) drain() {
 	s.mu.Lock()
 	s.drained = true
-	for _, cancel := range s.m {
-		cancel(errDraining)
+	for _, e := range s.m {
+		e.cancel(errDraining)
 	}
 	s.mu.Unlock()
 }
@@ -78,7 +93,7 @@ func (s *holdSet) drain() {
 func (h *Host) hold(ctx context.Context, g *held, send func(*coordhostv1.Grant) error, configured func() bool) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if !h.holds.add(g.ref.Token, cancel) {
+	if !h.holds.add(g.ref.Token, g, cancel) {
 		h.releaseOwn(ctx, g)
 		return errDraining
 	}
