@@ -373,3 +373,56 @@ func TestAPILockHoldReleasedByIDMetrics(t *testing.T) {
 		t.Errorf("lost (release_absent) = %v\n%s", v, grep(text, "coordhost_lock_lost"))
 	}
 }
+
+// Renewals and releases by grant id and by session are counted in
+// coordhost_api_grant_operations_total (the primitives' observers do not
+// see the handles the daemon rebuilds for them).
+func TestAPIGrantOpsMetrics(t *testing.T) {
+	s := redistest.Start(t)
+	h := newHost(t, rateLimitConfig(t, s.Addr, 3, lockBlocks))
+	url, hc := apiServer(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newLockClients(hc, url, connect.WithGRPC())
+	a, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := a.Msg.GetGrant().GetGrantId()
+	c.lock.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: id}))
+	c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: id}))
+	c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: id}))
+	c.lock.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: id}))
+	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := cs.Msg.GetSession().GetSessionId()
+	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid})); err != nil {
+		t.Fatal(err)
+	}
+	c.sess.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: sid}))
+	c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid}))
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for series, want := range map[string]float64{
+		`coordhost_api_grant_operations_total{kind="lock",op="renew",result="renewed",via="grant_id"}`:            1,
+		`coordhost_api_grant_operations_total{kind="lock",op="renew",result="lost",via="grant_id"}`:               1,
+		`coordhost_api_grant_operations_total{kind="lock",op="release",result="released",via="grant_id"}`:         1,
+		`coordhost_api_grant_operations_total{kind="lock",op="release",result="already_released",via="grant_id"}`: 1,
+		`coordhost_api_grant_operations_total{kind="lock",op="renew",result="renewed",via="session"}`:             1,
+		`coordhost_api_grant_operations_total{kind="lock",op="release",result="released",via="session"}`:          1,
+	} {
+		if got := metricValue(text, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if t.Failed() {
+		t.Log(grep(text, "coordhost_api_grant"))
+	}
+}

@@ -120,7 +120,7 @@ func (h *Host) detach(ctx context.Context, r *grantRef) {
 
 // releaseOwn releases g on the daemon's own account, whatever ctx's
 // state, within grantReleaseTimeout; a Hold of it served here ends.
-func (h *Host) releaseOwn(ctx context.Context, g *held) primitives.ReleaseResult {
+func (h *Host) releaseOwn(ctx context.Context, g *held) (primitives.ReleaseResult, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grantReleaseTimeout)
 	defer cancel()
 	res, err := g.lease.Release(rctx)
@@ -129,7 +129,7 @@ func (h *Host) releaseOwn(ctx context.Context, g *held) primitives.ReleaseResult
 	}
 	h.holds.end(g.ref.Token, grantLost(g.ref.Name))
 	h.detach(rctx, g.ref)
-	return res
+	return res, err
 }
 
 // resume rebuilds the handle of the grant r names, on the primitive its
@@ -225,6 +225,7 @@ func (h *Host) renewByID(ctx context.Context, id, kind string, contended connect
 		return nil, grantError(ctx, "renew", r.Name, contended, err)
 	}
 	ok, err := h.renewHeld(ctx, g)
+	h.metrics.grantOp(r.Kind, "renew", "grant_id", ok, 0, err)
 	if err != nil {
 		return nil, grantError(ctx, "renew", r.Name, contended, err)
 	}
@@ -262,6 +263,7 @@ func (h *Host) releaseByID(ctx context.Context, id, kind string, contended conne
 		}
 	}
 	res, err := g.lease.Release(ctx)
+	h.metrics.grantOp(r.Kind, "release", "grant_id", false, res, err)
 	if err != nil {
 		return 0, grantError(ctx, "release", r.Name, contended, err)
 	}
@@ -293,6 +295,7 @@ func (h *Host) renewSessionGrants(ctx context.Context, id string, st *sessionSta
 				return
 			}
 			ok, err := h.renewHeld(ctx, g)
+			h.metrics.grantOp(r.Kind, "renew", "session", ok, 0, err)
 			if err == nil && !ok {
 				h.detach(ctx, r)
 			}
@@ -336,7 +339,9 @@ func (h *Host) releaseGrants(ctx context.Context, ids []string) int {
 				return
 			}
 			r.Session = "" // the session is gone: nothing to detach from
-			if h.releaseOwn(ctx, g) == primitives.Released {
+			res, err := h.releaseOwn(ctx, g)
+			h.metrics.grantOp(r.Kind, "release", "session", false, res, err)
+			if err == nil && res == primitives.Released {
 				mu.Lock()
 				n++
 				mu.Unlock()

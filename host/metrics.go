@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coordhost/coordhost/policies"
@@ -44,9 +45,30 @@ type metrics struct {
 	rls       *rlsMetrics       // the Envoy rate-limit service (rls.go)
 	auth      *authMetrics      // refused API requests (auth.go)
 
+	// Grants renewed and released through the API by grant id or by their
+	// session (grants.go): handles this daemon rebuilt, which the
+	// primitives' observers do not see.
+	grantOps *prometheus.CounterVec // kind, op, via, result
+
 	// runtime holds the Go and process collectors this Host registered
 	// (not those the registry already had), to unregister them.
 	runtime []prometheus.Collector
+}
+
+// grantOp counts one renewal (ok: renewed, else lost; err: error) or
+// release (res) of a rebuilt grant of kind, via "grant_id" or "session".
+func (m *metrics) grantOp(kind, op, via string, ok bool, res primitives.ReleaseResult, err error) {
+	result := "error"
+	switch {
+	case err != nil:
+	case op == "renew" && ok:
+		result = "renewed"
+	case op == "renew":
+		result = "lost"
+	default:
+		result = strings.TrimPrefix(strings.ToLower(releaseResult(res).String()), "release_result_")
+	}
+	m.grantOps.WithLabelValues(kind, op, via, result).Inc()
 }
 
 // Buckets of the lock histograms, in seconds.
@@ -127,6 +149,10 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		ratelimit: newRateLimitMetrics(),
 		rls:       newRLSMetrics(),
 		auth:      newAuthMetrics(),
+		grantOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordhost_api_grant_operations_total",
+			Help: "Grants the network API renewed or released by grant id (via grant_id: Renew, Release) or by their session (via session: RenewSession, KeepAlive, CloseSession), by kind (lock, redlock, lease, rwlock, semaphore), op (renew, release) and result (renewed, lost, released, already_released, not_owned, error).",
+		}, []string{"kind", "op", "via", "result"}),
 	}
 	for i, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -156,7 +182,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 func (m *metrics) collectors() []prometheus.Collector {
 	cs := append([]prometheus.Collector{m.calls, m.latency, m.fallbacks, m.restarts, m.cache, m.reloads, m.gen,
 		m.acquires, m.wait, m.hold, m.releases, m.renewals, m.lost}, append(append(append(append(m.latch.collectors(), m.rwlock.collectors()...), m.semaphore.collectors()...), m.lease.collectors()...), append(append(m.redlock.collectors(), m.ratelimit.collectors()...), m.rls.collectors()...)...)...)
-	return append(cs, m.auth.collectors()...)
+	return append(append(cs, m.auth.collectors()...), m.grantOps)
 }
 
 // unregister removes the collectors this Host registered, so the registry
