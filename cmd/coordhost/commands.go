@@ -63,8 +63,11 @@ func commands() []*command {
 			args:    "[flags] FILE",
 			summary: "run the daemon for the configuration FILE",
 			about: `Runs coordhost for the configuration FILE (HCL, see examples/coordhost.hcl):
-its Redis client, policies and named locks, and an HTTP server with /livez,
-/readyz and /metrics. Redis and its credentials come from FILE's redis
+its Redis client, policies and named primitives, and one port (server.listen,
+or -listen) serving the network API: the coordhost.v1 services over gRPC,
+gRPC-Web and Connect (JSON too), Envoy's rate-limit service, grpc.health.v1,
+server reflection, /livez, /readyz and /metrics; TLS and API tokens come
+from FILE's server block. Redis and its credentials come from FILE's redis
 block; without one, serve starts a private redis-server (dev mode) and says
 so. SIGHUP reloads FILE with the same -var values: a bad file is logged and
 the previous configuration keeps serving. SIGINT or SIGTERM stops it
