@@ -191,6 +191,7 @@ func grantProto(r *grantRef, remaining time.Duration) *coordhostv1.Grant {
 		OwnershipToken: r.Token,
 		FencingToken:   uint64(r.Fence),
 		SessionId:      r.Session,
+		Field:          r.Field,
 	}
 	if ttl := r.ttl(); ttl > 0 {
 		g.Ttl = durationpb.New(ttl)

@@ -205,7 +205,10 @@ type Grant struct {
 	// to a session takes the session's TTL, is renewed with every renewal of
 	// the session (at any daemon), released when the session is closed, and
 	// expires with it when it is not renewed.
-	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// For a lease (LeaseService): the field of the hash the grant holds;
+	// empty for every other kind.
+	Field         string `protobuf:"bytes,9,opt,name=field,proto3" json:"field,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +299,13 @@ func (x *Grant) GetSessionId() string {
 	return ""
 }
 
+func (x *Grant) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
 // ErrorDetail is attached to every error status of coordhost.v1 (as a
 // google.rpc.Status detail in gRPC, in "details" in Connect JSON).
 type ErrorDetail struct {
@@ -377,7 +387,7 @@ var File_coordhost_v1_grant_proto protoreflect.FileDescriptor
 
 const file_coordhost_v1_grant_proto_rawDesc = "" +
 	"\n" +
-	"\x18coordhost/v1/grant.proto\x12\fcoordhost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x02\n" +
+	"\x18coordhost/v1/grant.proto\x12\fcoordhost.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x02\n" +
 	"\x05Grant\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -388,7 +398,8 @@ const file_coordhost_v1_grant_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\b \x01(\tR\tsessionId\"\xa1\x01\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05field\x18\t \x01(\tR\x05field\"\xa1\x01\n" +
 	"\vErrorDetail\x12,\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x14.coordhost.v1.ReasonR\x06reason\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x12\n" +
