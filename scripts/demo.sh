@@ -314,7 +314,8 @@ if ! sort -n -s -k1,1 "$RW_EVENTS" | awk -v bound="$BOUND_MS" -v hold="$READ_MS"
 			else if (ask[i] < went) { heldoff = heldoff " R" i; if (!hoask) hoask = ask[i]; if (!hofirst || enter[i] < hofirst) hofirst = enter[i] }
 		}
 		printf "[rwlock]   coordhost takes %d ms from its start to CMD (an uncontended write, just before)\n", startup
-		printf "[rwlock]   %d readers in from %s, each holding %d ms, one starting every 150 ms; %d inside when the writer started at %s\n", before, at(first), hold, live_at_ask, at(wask)
+		if (before) printf "[rwlock]   %d readers in from %s, each holding %d ms, one starting every 150 ms; %d inside when the writer started at %s\n", before, at(first), hold, live_at_ask, at(wask)
+		else printf "[rwlock]   no reader got in before the writer started at %s (a slow start: the stream of readers came late)\n", at(wask)
 		if (letin != "") printf "[rwlock]   let in while the writer waited, before its bound_ms %d took effect:%s\n", bound, letin
 		if (!went) { print "demo: the writer never got in"; exit 1 }
 		waited = went - wask - startup
