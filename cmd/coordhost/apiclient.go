@@ -223,7 +223,11 @@ func apiErrorText(url string, err error) string {
 	if !connect.IsWireError(err) {
 		// Made by the client: the daemon could not be reached, the
 		// connection broke, or what answered is not a coordhost daemon.
-		return fmt.Sprintf("calling the daemon at %s: %s", url, transportText(err))
+		s := fmt.Sprintf("calling the daemon at %s: %s", url, transportText(err))
+		if strings.HasPrefix(url, "http://") && tlsAnswered(err) {
+			s += " (does the daemon serve TLS? then use https://)"
+		}
+		return s
 	}
 	s := fmt.Sprintf("the daemon at %s answered %s", url, codeWords(ce.Code()))
 	if d := errorDetail(ce); d != nil {
@@ -243,6 +247,15 @@ func apiErrorText(url string, err error) string {
 		s += ": " + clipText(m)
 	}
 	return s
+}
+
+// tlsAnswered reports whether err looks like a cleartext HTTP/2 call
+// answered by a TLS listener, which closes the connection on the first
+// bytes it cannot read as a handshake.
+func tlsAnswered(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "broken pipe") || strings.Contains(m, "connection reset by peer") ||
+		strings.Contains(m, "could not be established") || strings.Contains(m, "malformed HTTP")
 }
 
 // transportText is the text of an error the client made (not the

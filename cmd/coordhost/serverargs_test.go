@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"connectrpc.com/connect"
 )
 
 // Bad command lines of lock hold -server and limit check -server: exit 2
@@ -102,5 +105,16 @@ func TestParseServerArgsGood(t *testing.T) {
 	a, err := parseLimitCheckArgs([]string{"-server", "http://127.0.0.1:7379/base", "checkout", "-n", "3"}, noEnv)
 	if err != nil || a.server == nil || a.server.url != "http://127.0.0.1:7379/base" || a.server.tls || a.n != 3 || a.name != "checkout" {
 		t.Fatalf("%+v %v", a, err)
+	}
+}
+
+// A cleartext call that a TLS listener refuses hints at https://.
+func TestAPIErrorTextHintsTLS(t *testing.T) {
+	err := connect.NewError(connect.CodeUnavailable, errors.New(`Post "http://127.0.0.1:7579/coordhost.v1.LockService/Hold": write tcp 127.0.0.1:1->127.0.0.1:7579: write: broken pipe`))
+	if got := apiErrorText("http://127.0.0.1:7579", err); !strings.Contains(got, "use https://") {
+		t.Errorf("no TLS hint: %s", got)
+	}
+	if got := apiErrorText("https://127.0.0.1:7579", err); strings.Contains(got, "use https://") {
+		t.Errorf("a TLS hint for an https URL: %s", got)
 	}
 }
