@@ -17,38 +17,79 @@ const ClusterTimeout = 20 * time.Second
 
 const numSlots = 16384
 
-// Cluster is a Redis (or Valkey) Cluster of masters without replicas, all on
-// loopback.
+// Cluster is a Redis (or Valkey) Cluster on loopback: masters, each with
+// the replicas WithReplicas asked for (none by default). Its methods must be
+// called from the test's goroutine; Failover, KillMaster and Revive update
+// its fields.
 type Cluster struct {
 	// Kind is the kind of every node.
 	Kind Kind
-	// Addrs are the nodes' addresses, in the order of Servers.
+	// Addrs are the masters' addresses, in the order of Servers.
 	Addrs []string
-	// Servers are the nodes; Servers[i] owns the i-th contiguous slot range.
+	// Servers are the masters; Servers[i] owns the i-th contiguous slot
+	// range. After Failover(t, i) or KillMaster(t, i), Servers[i] is the
+	// promoted replica.
 	Servers []*Server
+	// Replicas[i] are the running replicas of Servers[i] (empty without
+	// WithReplicas). After Failover(t, i) the demoted master is among
+	// them; a node KillMaster killed rejoins them at Revive.
+	Replicas [][]*Server
 
 	ranges [][2]int // slot range [first, last] owned by Servers[i]
+	total  int      // nodes ever started, as cluster_known_nodes counts them
+	down   []downNode
+}
+
+// downNode is a master KillMaster killed, and the slot range it served.
+type downNode struct {
+	shard int
+	s     *Server
 }
 
 // StartCluster starts `masters` cluster-enabled servers of the kind the
-// options select (cluster-node-timeout 5000 ms unless Args overrides it; each
-// node's cluster bus is on its Port+10000), splits the 16384 slots into
-// contiguous ranges among them, joins them with CLUSTER MEET and waits until
-// every node reports cluster_state:ok and all nodes agree on the slot map.
-// Nodes are stopped at t.Cleanup.
+// options select (each node's cluster bus is on its Port+10000), splits the
+// 16384 slots into contiguous ranges among them, and, with WithReplicas(n),
+// n more nodes per master that replicate it (CLUSTER REPLICATE). It joins
+// them all with CLUSTER MEET and waits until every node reports
+// cluster_state:ok, all nodes agree on the slot map (masters and replicas)
+// and every replica's link to its master is up (WaitReady). Nodes are
+// stopped at t.Cleanup.
+//
+// The cluster-node-timeout is 5000 ms without replicas and 2000 ms with them
+// (so that KillMaster's failover takes about three seconds); replica
+// clusters also get --repl-diskless-sync-delay 0 (a replica syncs at once),
+// --repl-ping-replica-period 1 (CLUSTER SLOTS lists a replica only once its
+// replication offset is above zero, which on an idle master takes a ping:
+// 10 s by default) and --cluster-allow-replica-migration no (replicas stay
+// with the master they were given). Args come after these and override
+// them.
 func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	t.Helper()
 	if masters < 1 || masters > numSlots {
 		t.Fatalf("redistest: StartCluster: %d masters", masters)
 	}
 	cfg := newConfig(opts)
-	cfg.args = append([]string{
+	if cfg.replicas < 0 || cfg.replicas > 5 {
+		t.Fatalf("redistest: StartCluster: WithReplicas(%d) (want 0 to 5)", cfg.replicas)
+	}
+	own := []string{
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", "5000",
-	}, cfg.args...)
+	}
+	if cfg.replicas > 0 {
+		own = []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000",
+			"--repl-diskless-sync-delay", "0",
+			"--repl-ping-replica-period", "1",
+			"--cluster-allow-replica-migration", "no",
+		}
+	}
+	cfg.args = append(own, cfg.args...)
 
-	c := &Cluster{Kind: cfg.kind}
+	c := &Cluster{Kind: cfg.kind, Replicas: make([][]*Server, masters)}
 	for i := range masters {
 		s := start(t, cfg)
 		c.Servers = append(c.Servers, s)
@@ -60,15 +101,65 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 		s.MustCmd(t, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1))
 		s.MustCmd(t, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(first), strconv.Itoa(last))
 	}
-	for _, s := range c.Servers[1:] {
+	for i := range masters {
+		for range cfg.replicas {
+			c.Replicas[i] = append(c.Replicas[i], start(t, cfg))
+		}
+	}
+	c.total = masters * (1 + cfg.replicas)
+	for _, s := range c.Nodes()[1:] {
 		c.Servers[0].MustCmd(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port))
+	}
+	for i, reps := range c.Replicas {
+		id := c.Servers[i].MustCmd(t, "CLUSTER", "MYID")
+		for _, r := range reps {
+			// The replica must have heard of its master through gossip
+			// first: until then CLUSTER REPLICATE answers "Unknown node".
+			var err error
+			for deadline := time.Now().Add(ClusterTimeout); ; time.Sleep(20 * time.Millisecond) {
+				if _, err = r.Cmd(t, "CLUSTER", "REPLICATE", id); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("redistest: %s CLUSTER REPLICATE %s (%s): %v", r.Addr, id, c.Servers[i].Addr, err)
+			}
+		}
 	}
 	c.WaitReady(t)
 	return c
 }
 
-// WaitReady waits until every node reports cluster_state:ok, knows all nodes
-// and sees the slot map StartCluster assigned (e.g. after restarting a node).
+// Nodes returns every running node: the masters in Servers order, then the
+// replicas of Servers[0], Servers[1], ...
+func (c *Cluster) Nodes() []*Server {
+	var out []*Server
+	for _, s := range c.Servers {
+		if !slices.ContainsFunc(c.down, func(d downNode) bool { return d.s == s }) {
+			out = append(out, s)
+		}
+	}
+	for _, reps := range c.Replicas {
+		out = append(out, reps...)
+	}
+	return out
+}
+
+// Down returns the nodes KillMaster killed that Revive has not yet
+// restarted.
+func (c *Cluster) Down() []*Server {
+	out := make([]*Server, len(c.down))
+	for i, d := range c.down {
+		out[i] = d.s
+	}
+	return out
+}
+
+// WaitReady waits until every running node reports cluster_state:ok, knows
+// all nodes (killed ones included) and sees the slot map the Cluster
+// describes (Servers[i] owning range i, with Replicas[i]), and every replica
+// reports its link to its master up: after StartCluster, a restart, a
+// Failover or a Revive.
 func (c *Cluster) WaitReady(t testing.TB) {
 	t.Helper()
 	want := c.wantSlots()
@@ -84,18 +175,36 @@ func (c *Cluster) WaitReady(t testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	c.fatal(t, fmt.Sprintf("cluster not ready within %v: %s", ClusterTimeout, problem))
+}
+
+// fatal fails t with problem and every node's view and log.
+func (c *Cluster) fatal(t testing.TB, problem string) {
+	t.Helper()
 	var b strings.Builder
-	for _, s := range c.Servers {
+	for _, s := range append(c.Nodes(), c.Down()...) {
+		if s.PID() == 0 {
+			fmt.Fprintf(&b, "--- %s: down\n", s.Addr)
+			continue
+		}
 		nodes, err := s.Cmd(t, "CLUSTER", "NODES")
 		fmt.Fprintf(&b, "--- %s CLUSTER NODES (err %v):\n%s\n--- %s log:\n%s\n", s.Addr, err, nodes, s.Addr, s.Log())
 	}
-	t.Fatalf("redistest: cluster not ready within %v: %s\n%s", ClusterTimeout, problem, b.String())
+	t.Fatalf("redistest: %s\n%s", problem, b.String())
 }
 
 func (c *Cluster) wantSlots() string {
 	parts := make([]string, len(c.Servers))
 	for i, s := range c.Servers {
 		parts[i] = fmt.Sprintf("%d-%d@%d", c.ranges[i][0], c.ranges[i][1], s.Port)
+		if len(c.Replicas[i]) > 0 {
+			ports := make([]string, len(c.Replicas[i]))
+			for j, r := range c.Replicas[i] {
+				ports[j] = strconv.Itoa(r.Port)
+			}
+			slices.Sort(ports)
+			parts[i] += "+" + strings.Join(ports, ",")
+		}
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
@@ -105,8 +214,8 @@ func (c *Cluster) wantSlots() string {
 func (c *Cluster) check(want string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n := strconv.Itoa(len(c.Servers))
-	for _, s := range c.Servers {
+	n := strconv.Itoa(c.total)
+	for _, s := range c.Nodes() {
 		info, err := s.Do(ctx, "CLUSTER", "INFO").ToString()
 		if err != nil {
 			return fmt.Sprintf("%s: CLUSTER INFO: %v", s.Addr, err)
@@ -128,10 +237,151 @@ func (c *Cluster) check(want string) string {
 			return fmt.Sprintf("%s sees slots %q, want %q", s.Addr, got, want)
 		}
 	}
+	for i, reps := range c.Replicas {
+		port := strconv.Itoa(c.Servers[i].Port)
+		for _, r := range reps {
+			info, err := r.Do(ctx, "INFO", "replication").ToString()
+			if err != nil {
+				return fmt.Sprintf("%s: INFO replication: %v", r.Addr, err)
+			}
+			if infoField(info, "role") != "slave" || infoField(info, "master_port") != port || infoField(info, "master_link_status") != "up" {
+				return fmt.Sprintf("%s is not an in-sync replica of %s: role %s, master_port %s, master_link_status %s", r.Addr, c.Servers[i].Addr,
+					infoField(info, "role"), infoField(info, "master_port"), infoField(info, "master_link_status"))
+			}
+		}
+	}
 	return ""
 }
 
-// slotMap renders a CLUSTER SLOTS reply as sorted "first-last@port" items.
+// Failover makes the first replica of Servers[i] take over with CLUSTER
+// FAILOVER (a manual failover: the master stops writes until the replica
+// has caught up, so nothing acknowledged is lost), waits until every
+// node's slot map shows the replica owning range i and it reports the
+// master role, then until the demoted master replicates it and the
+// cluster agrees (WaitReady). Servers[i] is then the promoted node and
+// the old master is in Replicas[i].
+func (c *Cluster) Failover(t testing.TB, i int) FailoverTiming {
+	t.Helper()
+	c.shard(t, "Failover", i)
+	old, r := c.Servers[i], c.Replicas[i][0]
+	begin := time.Now()
+	r.MustCmd(t, "CLUSTER", "FAILOVER")
+	c.waitOwner(t, i, begin, func(s *Server) bool { return s == r })
+	ft := FailoverTiming{Promoted: time.Since(begin)}
+	c.Servers[i], c.Addrs[i] = r, r.Addr
+	c.Replicas[i] = append(slices.Delete(slices.Clone(c.Replicas[i]), 0, 1), old)
+	c.WaitReady(t)
+	ft.Settled = time.Since(begin)
+	return ft
+}
+
+// KillMaster kills Servers[i] (SIGKILL: its data is gone) and waits until
+// the cluster has failed it over: every running node's slot map shows one of
+// its replicas owning range i and that replica reports the master role;
+// then until the cluster agrees (WaitReady). Servers[i] is then the promoted
+// replica; the killed node stays down, listed by Down, until Revive.
+func (c *Cluster) KillMaster(t testing.TB, i int) FailoverTiming {
+	t.Helper()
+	c.shard(t, "KillMaster", i)
+	old := c.Servers[i]
+	old.Stop()
+	begin := time.Now()
+	c.down = append(c.down, downNode{shard: i, s: old})
+	p := c.waitOwner(t, i, begin, func(s *Server) bool { return slices.Contains(c.Replicas[i], s) })
+	ft := FailoverTiming{Promoted: time.Since(begin)}
+	c.Servers[i], c.Addrs[i] = p, p.Addr
+	c.Replicas[i] = slices.DeleteFunc(slices.Clone(c.Replicas[i]), func(s *Server) bool { return s == p })
+	c.WaitReady(t)
+	ft.Settled = time.Since(begin)
+	return ft
+}
+
+// Revive restarts every node KillMaster killed (with its nodes.conf, without
+// its data): each learns that its slots moved and rejoins as a replica of
+// the master that took them over. It waits until the cluster agrees
+// (WaitReady) and returns how long that took.
+func (c *Cluster) Revive(t testing.TB) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	for _, d := range c.down {
+		d.s.Restart(t)
+		c.Replicas[d.shard] = append(c.Replicas[d.shard], d.s)
+	}
+	c.down = nil
+	c.WaitReady(t)
+	return time.Since(begin)
+}
+
+// shard fails t unless i names a master with a running replica.
+func (c *Cluster) shard(t testing.TB, fn string, i int) {
+	t.Helper()
+	if i < 0 || i >= len(c.Servers) {
+		t.Fatalf("redistest: %s(%d): the cluster has %d masters", fn, i, len(c.Servers))
+	}
+	if len(c.Replicas[i]) == 0 {
+		t.Fatalf("redistest: %s(%d): master %s has no running replica (StartCluster with WithReplicas)", fn, i, c.Servers[i].Addr)
+	}
+}
+
+// waitOwner waits until every running node's slot map names the same node
+// as owner of range i, one that ok accepts and that reports the master
+// role, and returns it.
+func (c *Cluster) waitOwner(t testing.TB, i int, begin time.Time, ok func(*Server) bool) *Server {
+	t.Helper()
+	prefix := fmt.Sprintf("%d-%d@", c.ranges[i][0], c.ranges[i][1])
+	var problem string
+	for deadline := begin.Add(ClusterTimeout); ; time.Sleep(20 * time.Millisecond) {
+		var owner *Server
+		if owner, problem = c.owner(prefix, ok); owner != nil {
+			return owner
+		}
+		if time.Now().After(deadline) {
+			c.fatal(t, fmt.Sprintf("range %d (%s) not taken over within %v: %s", i, strings.TrimSuffix(prefix, "@"), ClusterTimeout, problem))
+		}
+	}
+}
+
+func (c *Cluster) owner(prefix string, ok func(*Server) bool) (*Server, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	port := ""
+	for _, s := range c.Nodes() {
+		m, err := slotMap(s.Do(ctx, "CLUSTER", "SLOTS"))
+		if err != nil {
+			return nil, fmt.Sprintf("%s: CLUSTER SLOTS: %v", s.Addr, err)
+		}
+		p := ""
+		for _, e := range strings.Fields(m) {
+			if rest, found := strings.CutPrefix(e, prefix); found {
+				p, _, _ = strings.Cut(rest, "+")
+			}
+		}
+		if p == "" || port != "" && p != port {
+			return nil, fmt.Sprintf("%s sees slots %q", s.Addr, m)
+		}
+		port = p
+	}
+	var owner *Server
+	for _, s := range c.Nodes() {
+		if strconv.Itoa(s.Port) == port {
+			owner = s
+		}
+	}
+	if owner == nil || !ok(owner) {
+		return nil, fmt.Sprintf("the slot maps name port %s", port)
+	}
+	role, err := owner.Do(ctx, "ROLE").ToArray()
+	if err != nil || len(role) == 0 {
+		return nil, fmt.Sprintf("%s: ROLE: %v", owner.Addr, err)
+	}
+	if r, _ := role[0].ToString(); r != "master" {
+		return nil, fmt.Sprintf("%s owns the range but its role is %s", owner.Addr, r)
+	}
+	return owner, ""
+}
+
+// slotMap renders a CLUSTER SLOTS reply as sorted "first-last@port" items,
+// with "+port,port" (sorted) appended for the replicas it lists.
 func slotMap(r rueidis.RedisResult) (string, error) {
 	entries, err := r.ToArray()
 	if err != nil {
@@ -145,29 +395,48 @@ func slotMap(r rueidis.RedisResult) (string, error) {
 		}
 		first, err1 := f[0].AsInt64()
 		last, err2 := f[1].AsInt64()
-		node, err3 := f[2].ToArray()
-		if err1 != nil || err2 != nil || err3 != nil || len(node) < 2 {
+		if err1 != nil || err2 != nil {
 			return "", fmt.Errorf("bad entry")
 		}
-		port, err := node[1].AsInt64()
-		if err != nil {
-			return "", err
+		ports := make([]string, 0, len(f)-2)
+		for _, n := range f[2:] {
+			node, err := n.ToArray()
+			if err != nil || len(node) < 2 {
+				return "", fmt.Errorf("bad entry")
+			}
+			port, err := node[1].AsInt64()
+			if err != nil {
+				return "", err
+			}
+			ports = append(ports, strconv.FormatInt(port, 10))
 		}
-		parts = append(parts, fmt.Sprintf("%d-%d@%d", first, last, port))
+		part := fmt.Sprintf("%d-%d@%s", first, last, ports[0])
+		if len(ports) > 1 {
+			slices.Sort(ports[1:])
+			part += "+" + strings.Join(ports[1:], ",")
+		}
+		parts = append(parts, part)
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " "), nil
 }
 
 // Client returns a new rueidis cluster client with InitAddress set to all
-// nodes, closed at t.Cleanup. Each opt edits the ClientOption first.
+// running nodes (Nodes), closed at t.Cleanup. Each opt edits the
+// ClientOption first.
 func (c *Cluster) Client(t testing.TB, opts ...func(*rueidis.ClientOption)) rueidis.Client {
 	t.Helper()
-	return newClient(t, c.Addrs, opts)
+	nodes := c.Nodes()
+	addrs := make([]string, len(nodes))
+	for i, s := range nodes {
+		addrs[i] = s.Addr
+	}
+	return newClient(t, addrs, opts)
 }
 
-// EachNode calls fn for every node in order, e.g. to sum DBSIZE or send
-// CONFIG SET everywhere.
+// EachNode calls fn for every master (Servers) in order, e.g. to sum DBSIZE
+// (each key counted once) or send CONFIG SET to every master. Range over
+// Nodes to reach the replicas too.
 func (c *Cluster) EachNode(t testing.TB, fn func(*Server)) {
 	t.Helper()
 	for _, s := range c.Servers {

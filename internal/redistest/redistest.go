@@ -1,9 +1,21 @@
 // Package redistest starts real Redis and Valkey servers on loopback for
-// tests: a standalone server, several independent servers, or a cluster of
-// masters, of any Kind in the fleet: Redis 7.0 (Debian bookworm), Redis 8.0
-// (Debian trixie), Redis 8.6 (Debian experimental) or Valkey 8.1 (Debian
-// trixie). Kinds lists them all for table tests; Kind.Has tells which
-// Features each has (e.g. hash-field expiry).
+// tests: a standalone server (Start), several independent servers (StartN),
+// a cluster of masters with or without replicas (StartCluster,
+// WithReplicas), or a primary with replicas watched by three Sentinels
+// (StartSentinel), of any Kind in the fleet: Redis 7.0 (Debian bookworm),
+// Redis 8.0 (Debian trixie), Redis 8.6 (Debian experimental) or Valkey 8.1
+// (Debian trixie). Kinds lists them all for table tests; Kind.Has tells
+// which Features each has (e.g. hash-field expiry).
+//
+// Both replicated topologies fail over on demand and report how long it
+// took (FailoverTiming): Sentinel.Failover (SENTINEL FAILOVER),
+// Sentinel.KillPrimary (SIGKILL, the sentinels promote a replica),
+// Cluster.Failover (CLUSTER FAILOVER) and Cluster.KillMaster (SIGKILL, the
+// cluster promotes a replica); Revive restarts what was killed as a
+// replica. Each returns once the servers agree on the new shape, and the
+// harness's view (Primary, Replicas, Servers, Replicas[i], Down) follows.
+// The sentinels run the kind's own redis-server (or valkey-server) with
+// --sentinel; nothing else is installed.
 //
 // Every server runs as a child process with its own temporary directory,
 // `--save ”` and `--appendonly no`, on a free 127.0.0.1 port, and is killed
@@ -55,13 +67,19 @@ const (
 	CmdTimeout = 10 * time.Second
 )
 
-// Option configures Start, StartN and StartCluster.
+// Option configures Start, StartN, StartCluster and StartSentinel.
 type Option func(*config)
 
 type config struct {
 	kind    Kind
 	badKind string // why the options name no valid kind, if they do not
 	args    []string
+	// replicas is WithReplicas' n; hasReplicas tells whether it was given.
+	replicas    int
+	hasReplicas bool
+	// sentinelConf, when set, is written to the server's directory as
+	// sentinel.conf, and the server runs as a Sentinel on it.
+	sentinelConf string
 }
 
 // WithKind selects the kind of server (the default is Redis70).
@@ -90,6 +108,13 @@ func Version(major int) Option {
 // They come after the package's own arguments, so they override them.
 func Args(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithReplicas gives every master of StartCluster n replicas (0 to 5). Start
+// and StartN refuse it; StartSentinel takes its replica count as an
+// argument.
+func WithReplicas(n int) Option {
+	return func(c *config) { c.replicas, c.hasReplicas = n, true }
 }
 
 func newConfig(opts []Option) config {
@@ -136,13 +161,24 @@ type process struct {
 // answer within StartTimeout.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	return start(t, newConfig(opts))
+	cfg := newConfig(opts)
+	noReplicas(t, "Start", cfg)
+	return start(t, cfg)
+}
+
+// noReplicas fails t when cfg has WithReplicas, which fn does not take.
+func noReplicas(t testing.TB, fn string, cfg config) {
+	t.Helper()
+	if cfg.hasReplicas {
+		t.Fatalf("redistest: %s does not take WithReplicas (StartCluster does; StartSentinel takes a replica count)", fn)
+	}
 }
 
 // StartN starts n independent servers (e.g. for Redlock).
 func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	t.Helper()
 	cfg := newConfig(opts)
+	noReplicas(t, "StartN", cfg)
 	out := make([]*Server, n)
 	for i := range out {
 		out[i] = start(t, cfg)
@@ -160,6 +196,16 @@ func start(t testing.TB, cfg config) *Server {
 	// Registered after TempDir, so it runs before the directory is removed.
 	t.Cleanup(s.close)
 	cluster := slices.Contains(cfg.args, "--cluster-enabled")
+	var lead []string
+	if cfg.sentinelConf != "" {
+		// redis-server --sentinel wants its configuration file first, and
+		// rewrites it as its state changes.
+		conf := filepath.Join(s.Dir, "sentinel.conf")
+		if err := os.WriteFile(conf, []byte(cfg.sentinelConf), 0o644); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		lead = []string{conf, "--sentinel"}
+	}
 
 	var lastErr error
 	for attempt := 0; attempt < 20; attempt++ {
@@ -169,7 +215,7 @@ func start(t testing.TB, cfg config) *Server {
 		}
 		s.Port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.args = append([]string{
+		s.args = append(slices.Clone(lead),
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--dir", s.Dir,
@@ -177,7 +223,8 @@ func start(t testing.TB, cfg config) *Server {
 			"--appendonly", "no",
 			"--daemonize", "no",
 			"--enable-debug-command", "yes",
-		}, cfg.args...)
+		)
+		s.args = append(s.args, cfg.args...)
 		info, err := s.launch()
 		if err == nil {
 			if s.Version, s.RedisVersion, err = checkKind(cfg.kind, bin, info); err != nil {
@@ -530,6 +577,20 @@ func (s *Server) Restart(t testing.TB) {
 	// The old admin connection died with the process; start afresh rather
 	// than fail the next command with EOF.
 	s.newAdmin(t)
+}
+
+// replicateOnRestart makes the server's next start (Restart) come up as a
+// replica of primary, in place of any --replicaof it had.
+func (s *Server) replicateOnRestart(primary *Server) {
+	args := make([]string, 0, len(s.args)+3)
+	for i := 0; i < len(s.args); i++ {
+		if s.args[i] == "--replicaof" && i+2 < len(s.args) {
+			i += 2
+			continue
+		}
+		args = append(args, s.args[i])
+	}
+	s.args = append(args, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 }
 
 func (s *Server) close() {

@@ -203,6 +203,18 @@ func TestMissingBinary(t *testing.T) {
 	if !strings.Contains(ft.msg, "/nonexistent/redis-server") || !strings.Contains(ft.msg, "make redis") {
 		t.Errorf("Fatalf message = %q", ft.msg)
 	}
+	// The replicated topologies fail the same way (never skip).
+	for name, f := range map[string]func(testing.TB){
+		"StartSentinel": func(t testing.TB) { StartSentinel(t, 1, Version(8)) },
+		"StartCluster":  func(t testing.TB) { StartCluster(t, 2, Version(8), WithReplicas(1)) },
+	} {
+		ft := &fatalTB{TB: t}
+		wg.Go(func() { f(ft) })
+		wg.Wait()
+		if !strings.Contains(ft.msg, "/nonexistent/redis-server") {
+			t.Errorf("%s: Fatalf message = %q", name, ft.msg)
+		}
+	}
 }
 
 // fatalTB records Fatalf and ends the goroutine like testing.T does.
