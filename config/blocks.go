@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -10,13 +11,21 @@ import (
 var (
 	redisSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
-			{Name: "addresses", Required: true},
+			{Name: "addresses"}, // required unless there is a sentinel block
 			{Name: "username"},
 			{Name: "password"},
 			{Name: "key_prefix"},
 			{Name: "client_cache"},
 		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}, {Type: "sentinel"}},
+	}
+	sentinelSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "master_set", Required: true},
+			{Name: "addresses", Required: true},
+			{Name: "username"},
+			{Name: "password"},
+		},
 	}
 	tlsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -47,7 +56,10 @@ func (d *decoder) decodeRedis(b *hcl.Block) *Redis {
 	content, diags := b.Body.Content(redisSchema)
 	d.add(diags...)
 	at := content.Attributes
-	if a := at["addresses"]; a != nil {
+	hasSentinel := slices.ContainsFunc(content.Blocks, func(b *hcl.Block) bool { return b.Type == "sentinel" })
+	// With a sentinel block, addresses is reported as a conflict below,
+	// whatever it holds.
+	if a := at["addresses"]; a != nil && !hasSentinel {
 		if addrs, ok := d.strList(a); ok {
 			if len(addrs) == 0 {
 				d.errorAt(a, "No Redis addresses", "Argument \"addresses\" needs at least one \"host:port\" or unix socket path; remove the redis block to run a private dev server.")
@@ -77,21 +89,98 @@ func (d *decoder) decodeRedis(b *hcl.Block) *Redis {
 		}
 	}
 	for _, tb := range content.Blocks {
-		if r.TLS != nil {
-			d.duplicate(tb.DefRange, "Duplicate tls block", "A redis block has at most one tls block; the first is at "+where(r.TLS.Range)+".")
-			continue
-		}
-		r.TLS = d.decodeTLS(tb)
-		if r.TLS.Enabled && len(r.Addresses) == 1 && strings.HasPrefix(r.Addresses[0], "/") {
-			d.add(&hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "TLS on a unix socket",
-				Detail:   "A unix socket address is not dialled with TLS; remove the tls block or use a host:port address.",
-				Subject:  tb.DefRange.Ptr(),
-			})
+		switch tb.Type {
+		case "tls":
+			if r.TLS != nil {
+				d.duplicate(tb.DefRange, "Duplicate tls block", "A redis block has at most one tls block; the first is at "+where(r.TLS.Range)+".")
+				continue
+			}
+			r.TLS = d.decodeTLS(tb)
+			if r.TLS.Enabled && len(r.Addresses) == 1 && strings.HasPrefix(r.Addresses[0], "/") {
+				d.add(&hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "TLS on a unix socket",
+					Detail:   "A unix socket address is not dialled with TLS; remove the tls block or use a host:port address.",
+					Subject:  tb.DefRange.Ptr(),
+				})
+			}
+		case "sentinel":
+			if r.Sentinel != nil {
+				d.duplicate(tb.DefRange, "Duplicate sentinel block", "A redis block has at most one sentinel block; the first is at "+where(r.Sentinel.Range)+".")
+				continue
+			}
+			r.Sentinel = d.decodeSentinel(tb)
 		}
 	}
+	// The servers are named either directly (addresses) or through
+	// Sentinel, never both: with both, which one wins would be a guess.
+	switch a := at["addresses"]; {
+	case a == nil && r.Sentinel == nil:
+		d.add(&hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Missing required argument",
+			Detail:   "The argument \"addresses\" is required, or else a sentinel block naming the sentinels and the master_set they monitor.",
+			Subject:  b.Body.MissingItemRange().Ptr(),
+		})
+	case a != nil && r.Sentinel != nil:
+		d.add(&hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Conflicting Redis addresses",
+			Detail: "A redis block names its servers either with \"addresses\" or through a sentinel block (at " + where(r.Sentinel.Range) +
+				"), not both: with Sentinel the primary is the one the sentinels report. Remove \"addresses\"; the sentinels' own addresses go in the sentinel block.",
+			Subject: a.NameRange.Ptr(),
+		})
+	}
 	return r
+}
+
+// decodeSentinel decodes redis.sentinel.
+func (d *decoder) decodeSentinel(b *hcl.Block) *Sentinel {
+	s := &Sentinel{Range: b.DefRange}
+	content, diags := b.Body.Content(sentinelSchema)
+	d.add(diags...)
+	at := content.Attributes
+	if a := at["master_set"]; a != nil {
+		if v, ok := d.str(a); ok {
+			switch {
+			case v == "":
+				d.errorAt(a, "Invalid master_set", "Argument \"master_set\" must name the master set the sentinels monitor (the NAME of `sentinel monitor NAME host port quorum`); it is empty.")
+			case strings.IndexFunc(v, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+				d.errorAt(a, "Invalid master_set", "Argument \"master_set\", %q, has a space or control character; a sentinel master name is one word.", v)
+			default:
+				s.MasterSet = v
+			}
+		}
+	}
+	if a := at["addresses"]; a != nil {
+		if addrs, ok := d.strList(a); ok {
+			if len(addrs) == 0 {
+				d.errorAt(a, "No sentinel addresses", "Argument \"addresses\" needs at least one sentinel's \"host:port\" (26379 is Sentinel's usual port); list every sentinel, so that coordhost finds the primary while some are down.")
+			}
+			seen := map[string]int{}
+			for i, addr := range addrs {
+				switch err := checkAddress(addr, false); {
+				case strings.HasPrefix(addr, "/"):
+					d.errorAt(a, "Invalid sentinel address", "Element %d of \"addresses\", %q, is a unix socket: sentinels are reached over TCP, as \"host:port\".", i, addr)
+				case err != nil:
+					d.errorAt(a, "Invalid sentinel address", "Element %d of \"addresses\", %q, %v.", i, addr, err)
+				default:
+					if j, dup := seen[addr]; dup {
+						d.errorAt(a, "Duplicate sentinel address", "Elements %d and %d of \"addresses\" are both %q.", j, i, addr)
+					}
+					seen[addr] = i
+				}
+			}
+			s.Addresses = addrs
+		}
+	}
+	if a := at["username"]; a != nil {
+		s.Username, _ = d.str(a)
+	}
+	if a := at["password"]; a != nil {
+		s.Password, _ = d.str(a)
+	}
+	return s
 }
 
 func (d *decoder) decodeTLS(b *hcl.Block) *TLS {

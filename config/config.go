@@ -19,12 +19,18 @@
 //	}
 //
 //	redis {                       # optional; without it `serve` runs a private redis-server
-//	  addresses    = ["host:port", "/path/to.sock"]  # required, non-empty
-//	  username     = ""
+//	  addresses    = ["host:port", "/path/to.sock"]  # required, non-empty, unless sentinel is set
+//	  sentinel {                  # optional, instead of addresses: find the primary through Sentinel
+//	    master_set = "mymaster"   # required: the name the sentinels monitor the primary under
+//	    addresses  = ["s1:26379", "s2:26379", "s3:26379"]  # required: the sentinels, host:port
+//	    username   = ""           # the sentinels' own credentials (not the primary's);
+//	    password   = ""           #   default none
+//	  }
+//	  username     = ""           # the servers' credentials (with sentinel: the primary's)
 //	  password     = ""
 //	  key_prefix   = ""
 //	  client_cache = true         # default true
-//	  tls {                       # optional
+//	  tls {                       # optional; with sentinel, for the sentinels and the servers alike
 //	    enabled              = true   # default true once the block is present
 //	    ca_file              = "..."  # files must exist; relative to path.config
 //	    cert_file            = "..."  # cert_file and key_file go together
@@ -283,10 +289,17 @@ type Variable struct {
 // Redis is the redis block: how the host connects to Redis.
 type Redis struct {
 	// Addresses are "host:port" pairs ("[::1]:6379" for IPv6) or absolute
-	// paths of unix sockets; at least one.
+	// paths of unix sockets; at least one, unless Sentinel is set, and
+	// then none.
 	Addresses []string
-	Username  string
-	Password  string
+	// Sentinel is the sentinel block, or nil when there is none. With it
+	// the host asks the sentinels for the primary of a master set, and
+	// follows it through failovers.
+	Sentinel *Sentinel
+	// Username and Password authenticate to the servers (with Sentinel:
+	// to the primary); "" for none.
+	Username string
+	Password string
 	// KeyPrefix is prepended to every key the host writes; "" for none.
 	KeyPrefix string
 	// ClientCache turns on client-side caching (RESP3 tracking), which the
@@ -295,6 +308,23 @@ type Redis struct {
 	// TLS is the tls block, or nil when there is none (plain TCP).
 	TLS   *TLS
 	Range hcl.Range
+}
+
+// Sentinel is redis.sentinel: the primary is the one the sentinels report
+// for MasterSet. It is exclusive with Redis.Addresses.
+type Sentinel struct {
+	// MasterSet is the name the sentinels monitor the primary under (the
+	// NAME of `sentinel monitor NAME host port quorum`): one word.
+	MasterSet string
+	// Addresses are the sentinels' "host:port" pairs (no unix sockets, no
+	// duplicates); at least one. The client also learns the other
+	// sentinels of the set from the ones it reaches.
+	Addresses []string
+	// Username and Password authenticate to the sentinels (Sentinel's own
+	// requirepass or ACL user), not to the primary; "" for none.
+	Username string
+	Password string
+	Range    hcl.Range
 }
 
 // TLS is redis.tls. File paths are absolute and the files existed and were
