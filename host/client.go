@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host/devredis"
@@ -43,6 +45,9 @@ func (h *Host) connect(ctx context.Context, cfg *config.Config) error {
 		if h.dev != nil {
 			h.dev.Stop()
 		}
+		if opt.Sentinel.MasterSet != "" {
+			return fmt.Errorf("host: connecting to the primary of master set %q through the sentinels %v: %w", opt.Sentinel.MasterSet, opt.InitAddress, err)
+		}
 		return fmt.Errorf("host: connecting to Redis %v: %w", opt.InitAddress, err)
 	}
 	h.client, h.own = c, true
@@ -61,6 +66,19 @@ func UnixClientOption(path string) rueidis.ClientOption {
 	}
 }
 
+// SentinelRefreshInterval is how often a client that finds the primary
+// through Sentinel asks the sentinels for it again
+// (rueidis.SentinelOption.TopologyRefreshInterval), besides following their
+// +switch-master announcements: a client that missed one would otherwise
+// keep writing to a demoted primary, which answers READONLY, until it
+// restarts.
+const SentinelRefreshInterval = 2 * time.Second
+
+// clientOption is the client of the redis block: a unix socket, servers by
+// address (a single server or a cluster, as rueidis finds), or, with a
+// sentinel block, the primary the sentinels report. With Sentinel the tls
+// block applies to the sentinels and the servers alike, each verified by
+// its own host name unless server_name is set.
 func clientOption(r *config.Redis) (rueidis.ClientOption, error) {
 	if len(r.Addresses) == 1 && strings.HasPrefix(r.Addresses[0], "/") {
 		o := UnixClientOption(r.Addresses[0])
@@ -70,6 +88,16 @@ func clientOption(r *config.Redis) (rueidis.ClientOption, error) {
 	o := rueidis.ClientOption{
 		InitAddress: r.Addresses, Username: r.Username, Password: r.Password,
 		DisableCache: !r.ClientCache,
+	}
+	if s := r.Sentinel; s != nil {
+		o.InitAddress = slices.Clone(s.Addresses)
+		o.Sentinel = rueidis.SentinelOption{
+			MasterSet: s.MasterSet,
+			Username:  s.Username,
+			Password:  s.Password,
+
+			TopologyRefreshInterval: SentinelRefreshInterval,
+		}
 	}
 	if r.TLS != nil && r.TLS.Enabled {
 		tc := &tls.Config{ServerName: r.TLS.ServerName, InsecureSkipVerify: r.TLS.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
@@ -92,6 +120,9 @@ func clientOption(r *config.Redis) (rueidis.ClientOption, error) {
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		o.TLSConfig = tc
+		if r.Sentinel != nil {
+			o.Sentinel.TLSConfig = tc.Clone()
+		}
 	}
 	return o, nil
 }

@@ -97,6 +97,10 @@ func redisChange(a, b *config.Redis) string {
 		return ""
 	case strings.Join(a.Addresses, ",") != strings.Join(b.Addresses, ","):
 		return "addresses"
+	case (a.Sentinel == nil) != (b.Sentinel == nil) || a.Sentinel != nil && (a.Sentinel.MasterSet != b.Sentinel.MasterSet ||
+		strings.Join(a.Sentinel.Addresses, ",") != strings.Join(b.Sentinel.Addresses, ",") ||
+		a.Sentinel.Username != b.Sentinel.Username || a.Sentinel.Password != b.Sentinel.Password):
+		return "sentinel"
 	case a.KeyPrefix != b.KeyPrefix:
 		return "key_prefix"
 	case a.Username != b.Username || a.Password != b.Password:
