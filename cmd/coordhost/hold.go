@@ -112,7 +112,8 @@ func newHoldFlags(f *holdFlags) *flag.FlagSet { return newHoldFlagsFor(lockHold,
 func newHoldFlagsFor(k *holdKind, f *holdFlags) *flag.FlagSet {
 	fs := newFlagSet(k.cmd)
 	fs.Var(newStringValue(&f.redis, ""), "redis", "the Redis server at `ADDR`: host:port, /path/to.sock, unix:///path/to.sock or "+
-		"redis://[user:pass@]host:port[/db] (rediss:// for TLS); default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
+		"redis://[user:pass@]host:port[/db] (rediss:// for TLS), or through Sentinel "+
+		"redis://S1:26379?addr=S2:26379&master_set=NAME; default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
 		"With -config it replaces the file's addresses (and $"+envRedisURL+" applies only when the file has no redis block); the file's credentials apply unless ADDR has its own")
 	n := k.noun
 	fileSets := "ttl, fencing, prefix and policies apply (so -ttl, -fencing and -prefix are errors)"

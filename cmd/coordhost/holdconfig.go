@@ -135,10 +135,15 @@ func startHost(ctx context.Context, conf *config.Config, tg hostTarget, e *env) 
 	if tg.redis != "" {
 		// -redis replaces the addresses of the file's redis block; its
 		// key_prefix still applies, and so do its credentials unless the
-		// -redis URL names its own. (TLS comes from a rediss:// URL.)
+		// -redis URL names its own, and, for a Sentinel URL, its sentinel
+		// block's credentials (a URL cannot name them). (TLS comes from a
+		// rediss:// URL.)
 		opt := tg.redisOpt
 		if conf.Redis != nil && opt.Username == "" && opt.Password == "" {
 			opt.Username, opt.Password = conf.Redis.Username, conf.Redis.Password
+		}
+		if conf.Redis != nil && conf.Redis.Sentinel != nil && opt.Sentinel.MasterSet != "" {
+			opt.Sentinel.Username, opt.Sentinel.Password = conf.Redis.Sentinel.Username, conf.Redis.Sentinel.Password
 		}
 		var err error
 		if client, err = newRedisClient(ctx, opt, tg.redisDesc); err != nil {

@@ -18,14 +18,27 @@ import (
 // clientName is sent with CLIENT SETNAME so `CLIENT LIST` shows who we are.
 const clientName = "coordhost-cli"
 
+// sentinelURLForm is the one URL form that reaches Redis through Sentinel:
+// rueidis.ParseURL's, where the host and every addr= are sentinels.
+const sentinelURLForm = "redis://[user:pass@]SENTINEL:26379?addr=SENTINEL2:26379&addr=SENTINEL3:26379&master_set=NAME"
+
 // parseRedisAddr turns the -redis flag into client options. Accepted forms:
 //
 //	host:port                           TCP
 //	/path/to.sock, unix:///path/to.sock unix socket (absolute path)
 //	redis://[user:pass@]host[:port][/db], rediss://...  (rueidis.ParseURL)
+//	redis://[user:pass@]s1:26379?addr=s2:26379&master_set=NAME
+//	                                    the primary of master set NAME, found
+//	                                    through the sentinels s1, s2 (and
+//	                                    those they know); user:pass and /db
+//	                                    are the primary's, the sentinels get
+//	                                    no AUTH; rediss:// is TLS to both
 //
-// The returned string describes the address for messages, without any
-// password.
+// Other ways of naming Sentinel (redis-sentinel:// and similar schemes,
+// several comma-separated hosts, a #fragment or a master_name-like
+// parameter) are refused with a pointer to the form above, rather than
+// read as one server. The returned string describes the address for
+// messages, without any password.
 func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 	var opt rueidis.ClientOption
 	switch {
@@ -44,6 +57,9 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 		}
 		return unixClientOption(rest)
 	case strings.Contains(s, "://"):
+		if scheme, _, _ := strings.Cut(s, "://"); strings.Contains(strings.ToLower(scheme), "sentinel") {
+			return opt, "", fmt.Errorf("%q: the %s:// scheme is not supported; reach Redis through Sentinel with %s", redactURL(s), scheme, sentinelURLForm)
+		}
 		opt, err := rueidis.ParseURL(s)
 		if err != nil {
 			var ue *url.Error
@@ -58,10 +74,7 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 			}
 			return opt, "", fmt.Errorf("%q: %s", redactURL(s), msg)
 		}
-		if len(opt.InitAddress) != 1 || opt.InitAddress[0] == "" {
-			return opt, "", fmt.Errorf("%q: no server address in URL", redactURL(s))
-		}
-		return opt, opt.InitAddress[0], nil
+		return urlClientOption(s, opt)
 	}
 	if i := strings.LastIndexByte(s, '@'); i >= 0 {
 		// Credentials without a scheme: keep them off the terminal.
@@ -79,6 +92,62 @@ func parseRedisAddr(s string) (rueidis.ClientOption, string, error) {
 	}
 	opt.InitAddress = []string{s}
 	return opt, s, nil
+}
+
+// urlClientOption checks the options rueidis.ParseURL made of the URL s,
+// which parsed, for what ParseURL lets through silently, and returns them
+// with the address description; a Sentinel URL gets the sentinel
+// settings the host's own sentinel client has.
+func urlClientOption(s string, opt rueidis.ClientOption) (rueidis.ClientOption, string, error) {
+	u, err := url.Parse(s)
+	if err != nil { // ParseURL parsed it
+		return opt, "", fmt.Errorf("%q: %s", redactURL(s), redactPieces(err.Error(), s))
+	}
+	bad := func(format string, args ...any) (rueidis.ClientOption, string, error) {
+		return opt, "", fmt.Errorf("%q: %s", redactURL(s), fmt.Sprintf(format, args...))
+	}
+	if strings.Contains(u.Host, ",") {
+		return bad("one host per URL; name more sentinels with addr=, as in %s", sentinelURLForm)
+	}
+	if u.Fragment != "" {
+		return bad("a #fragment is not read; to name a Sentinel master set use master_set=NAME, as in %s", sentinelURLForm)
+	}
+	q := u.Query()
+	for k := range q {
+		if k == "master_set" {
+			continue
+		}
+		if l := strings.ToLower(k); strings.Contains(l, "sentinel") || strings.Contains(l, "master") || l == "service_name" || l == "role" {
+			return bad("parameter %q is not read; reach Redis through Sentinel with %s", k, sentinelURLForm)
+		}
+	}
+	if !q.Has("master_set") {
+		if len(q["addr"]) > 0 {
+			return bad("addr= names more sentinels and needs master_set=NAME, as in %s (a cluster needs the address of one node only)", sentinelURLForm)
+		}
+		if len(opt.InitAddress) != 1 || opt.InitAddress[0] == "" {
+			return bad("no server address in URL")
+		}
+		return opt, opt.InitAddress[0], nil
+	}
+	name := opt.Sentinel.MasterSet
+	switch {
+	case u.Scheme == "unix":
+		return bad("master_set needs sentinels at host:port, as in %s", sentinelURLForm)
+	case name == "":
+		return bad("master_set is empty: name the master set the sentinels monitor, as in %s", sentinelURLForm)
+	case strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+		return bad("master_set %q has a space or control character; a sentinel master name is one word", name)
+	}
+	if opt.TLSConfig != nil {
+		// ParseURL names the first sentinel as the TLS server name of
+		// every connection; let each be verified by its own host name,
+		// and use TLS to the sentinels too.
+		opt.TLSConfig.ServerName = ""
+		opt.Sentinel.TLSConfig = opt.TLSConfig.Clone()
+	}
+	opt.Sentinel.TopologyRefreshInterval = host.SentinelRefreshInterval
+	return opt, fmt.Sprintf("master set %q through the sentinels %s", name, strings.Join(opt.InitAddress, ", ")), nil
 }
 
 // redactURL returns the URL s with the password of its user information,
