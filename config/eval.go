@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
@@ -33,7 +35,7 @@ func functions(dir string, sandbox bool) map[string]function.Function {
 		"coalesce":   stdlib.CoalesceFunc,
 		"concat":     stdlib.ConcatFunc,
 		"file":       file,
-		"format":     stdlib.FormatFunc,
+		"format":     boundedFormat,
 		"join":       stdlib.JoinFunc,
 		"jsonencode": stdlib.JSONEncodeFunc,
 		"length":     stdlib.LengthFunc,
@@ -49,6 +51,37 @@ func functions(dir string, sandbox bool) map[string]function.Function {
 		"upper":      stdlib.UpperFunc,
 	}
 }
+
+// maxFormatWidth bounds a width or precision in format(): cty pads a %s
+// to any width itself, so format("%100000000s", "x") would allocate
+// hundreds of MB, and AdminService.Validate evaluates a client's source.
+const maxFormatWidth = 4096
+
+// formatSpec finds the flags, index, width and precision of each verb, and
+// formatNumber the numbers in them.
+var (
+	formatSpec   = regexp.MustCompile(`%[^a-zA-Z%]*`)
+	formatNumber = regexp.MustCompile(`[0-9]+`)
+)
+
+// boundedFormat is cty's format() refusing widths and precisions above
+// maxFormatWidth.
+var boundedFormat = function.New(&function.Spec{
+	Description: stdlib.FormatFunc.Description(),
+	Params:      stdlib.FormatFunc.Params(),
+	VarParam:    stdlib.FormatFunc.VarParam(),
+	Type:        function.StaticReturnType(cty.String),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		for _, spec := range formatSpec.FindAllString(args[0].AsString(), -1) {
+			for _, n := range formatNumber.FindAllString(spec, -1) {
+				if v, err := strconv.Atoi(n); err != nil || v > maxFormatWidth {
+					return cty.NilVal, function.NewArgErrorf(0, "%q: a width or precision above %d", spec, maxFormatWidth)
+				}
+			}
+		}
+		return stdlib.FormatFunc.Call(args)
+	},
+})
 
 // fileFunc is file(path): the contents of a UTF-8 text file; a relative
 // path is relative to dir (path.config).

@@ -10,6 +10,8 @@ import (
 
 	"github.com/coordhost/coordhost/policies"
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 )
 
@@ -264,6 +266,32 @@ func TestNoNetwork(t *testing.T) {
 	for _, dep := range strings.Fields(string(out)) {
 		if dep == "net" || strings.HasPrefix(dep, "net/") || dep == "os/exec" || dep == "crypto/tls" {
 			t.Errorf("package config depends on %s", dep)
+		}
+	}
+}
+
+// format() refuses a width or precision above maxFormatWidth (cty pads %s
+// itself: a huge width would allocate without bound), and keeps working
+// below it.
+func TestFormatWidthBound(t *testing.T) {
+	for _, tc := range []struct {
+		src string
+		ok  bool
+	}{
+		{`format("%5s|%-3d|%.2f|%[1]s", "ab", 7, 1.5)`, true},
+		{`format("%4096s", "x")`, true},
+		{`format("%4097s", "x")`, false},
+		{`format("%100000000s", "x")`, false},
+		{`format("%.99999f", 1)`, false},
+		{`format("%[99999999999999999999]s", "x")`, false},
+	} {
+		expr, diags := hclsyntax.ParseExpression([]byte(tc.src), "t.hcl", hcl.Pos{Line: 1, Column: 1})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		_, diags = expr.Value(&hcl.EvalContext{Functions: functions(t.TempDir(), true)})
+		if diags.HasErrors() == tc.ok {
+			t.Errorf("%s: %v", tc.src, diags)
 		}
 	}
 }

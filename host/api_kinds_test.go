@@ -421,7 +421,7 @@ func TestAPIGrantKindsBadInput(t *testing.T) {
 		{"lease: negative ttl", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "jobs", Field: "f", Ttl: durationpb.New(-time.Second)}), connect.CodeInvalidArgument, "ttl"},
 		{"lease: ttl above max_ttl", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "jobs", Field: "f", Ttl: durationpb.New(2 * time.Minute)}), connect.CodeInvalidArgument, "ttl"},
 		{"lease: ttl with a session", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "jobs", Field: "f", Ttl: durationpb.New(time.Second), SessionId: sid}), connect.CodeInvalidArgument, "ttl"},
-		{"lease: session ttl above max_ttl", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "jobs", Field: "f", SessionId: longSession}), connect.CodeInvalidArgument, "ttl"},
+		{"lease: session ttl above max_ttl", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "jobs", Field: "f", SessionId: longSession}), connect.CodeInvalidArgument, "session_id"},
 		{"lease: unconfigured", leaseTry(&coordhostv1.TryAcquireLeaseRequest{Name: "nope", Field: "f"}), connect.CodeNotFound, ""},
 		{"rwlock: no mode", func() error {
 			_, err := rw.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireRWLockRequest{Name: "doc"}))

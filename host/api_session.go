@@ -248,19 +248,28 @@ func (h *Host) renewSession(ctx context.Context, id, renewer string) (*coordhost
 		return nil, err
 	}
 	h.renewSessionGrants(ctx, id, st)
-	if tok := callerToken(ctx); tok != "" && callerMaxSessions(ctx) > 0 {
-		// Keep the session counted until its new expiry (best effort: at
-		// worst it stops counting at its old one).
-		c, key := h.client, h.quotaKey(tok)
-		for _, r := range c.DoMulti(ctx,
-			c.B().Zadd().Key(key).Xx().ScoreMember().ScoreMember(float64(st.msg.GetExpiresAt().AsTime().UnixMilli()), id).Build(),
-			c.B().Pexpire().Key(key).Milliseconds(st.ttl.Milliseconds()).Gt().Build()) {
-			if err := r.Error(); err != nil {
-				h.log.Debug("session: updating the token's session count failed", "error", err)
-			}
+	h.requota(ctx, id, st.msg.GetExpiresAt().AsTime())
+	return st.msg, nil
+}
+
+// requota keeps session id counted against the caller's max_sessions
+// until expires, its new expiry (after any renewal: RenewSession,
+// KeepAlive, an acquisition through it). Best effort: at worst it stops
+// counting at its old expiry.
+func (h *Host) requota(ctx context.Context, id string, expires time.Time) {
+	tok := callerToken(ctx)
+	if tok == "" || callerMaxSessions(ctx) <= 0 {
+		return
+	}
+	c, key := h.client, h.quotaKey(tok)
+	ttl := max(time.Until(expires), time.Millisecond)
+	for _, r := range c.DoMulti(ctx,
+		c.B().Zadd().Key(key).Xx().Gt().ScoreMember().ScoreMember(float64(expires.UnixMilli()), id).Build(),
+		c.B().Pexpire().Key(key).Milliseconds(ttl.Milliseconds()).Gt().Build()) {
+		if err := r.Error(); err != nil {
+			h.log.Debug("session: updating the token's session count failed", "error", err)
 		}
 	}
-	return st.msg, nil
 }
 
 // quotaKey is the key of API token tok's live sessions.

@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -391,6 +393,14 @@ func (i authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err := c.authorizeMessage(req.Any()); err != nil {
 			return nil, err
 		}
+		// A unary call may wait as long as a stream (an Acquire's wait,
+		// a queued Check): it takes a place among the token's streams.
+		if tok := c.token(); tok != nil {
+			if err := i.h.takeStreamPlace(tok); err != nil {
+				return nil, err
+			}
+			defer i.h.streams.release(tok.name)
+		}
 		return next(withCaller(ctx, c), req)
 	}
 }
@@ -406,10 +416,8 @@ func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 			return err
 		}
 		if tok := c.token(); tok != nil {
-			if !i.h.streams.acquire(tok.name, tok.cfg.MaxStreams) {
-				i.h.authFailure(authStreamLimit, tok.name)
-				return apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "", "",
-					fmt.Errorf("token %q has %d streams open on this daemon, its max_streams", tok.name, tok.cfg.MaxStreams))
+			if err := i.h.takeStreamPlace(tok); err != nil {
+				return err
 			}
 			defer i.h.streams.release(tok.name)
 		}
@@ -421,6 +429,18 @@ func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 		c.mu.Unlock()
 		return err
 	}
+}
+
+// takeStreamPlace takes one of tok's max_streams places on this daemon
+// (a stream, or a unary call in flight): ResourceExhausted
+// (REASON_CLIENT_LIMIT) when all are taken. The caller releases it.
+func (h *Host) takeStreamPlace(tok *authToken) error {
+	if h.streams.acquire(tok.name, tok.cfg.MaxStreams) {
+		return nil
+	}
+	h.authFailure(authStreamLimit, tok.name)
+	return apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "", "",
+		fmt.Errorf("token %q has %d streams and calls in flight on this daemon, its max_streams", tok.name, tok.cfg.MaxStreams))
 }
 
 // authStream checks the caller again at every message it receives or
@@ -546,4 +566,79 @@ func (h *Host) clientCertGate(next http.Handler) http.Handler {
 		}
 		http.Error(w, "401 Unauthorized: "+err.Message(), http.StatusUnauthorized)
 	})
+}
+
+// apiGate runs before any API handler reads a request body:
+//
+//   - With tokens, a call without a valid one (or AdminService without
+//     admin) is answered at once, before connect reads and decodes its
+//     message (which it does before any interceptor runs): a client
+//     without a token cannot hold the daemon's goroutines and buffers
+//     with bodies it never finishes. The interceptor checks again, per
+//     message, for what only the message says.
+//   - Without tokens the API is open, meant for loopback; a browser's
+//     request from a site other than an IP address or localhost (its
+//     Origin) is refused, so that a web page that rebinds its own DNS
+//     name to 127.0.0.1 cannot take locks or reload the daemon.
+func (h *Host) apiGate(next http.Handler) http.Handler {
+	ew := connect.NewErrorWriter()
+	refuse := func(w http.ResponseWriter, r *http.Request, err *connect.Error, status int) {
+		if ew.IsSupported(r) {
+			_ = ew.Write(w, r, err)
+			return
+		}
+		http.Error(w, err.Message(), status)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !apiPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !h.gen.Load().auth.on() {
+			if o := r.Header.Get("Origin"); o != "" && !localOrigin(o) {
+				refuse(w, r, apiError(connect.CodePermissionDenied, coordhostv1.Reason_REASON_UNSPECIFIED, "", "",
+					fmt.Errorf("a browser request from %q: the API has no tokens, so it serves browsers only from IP addresses and localhost (configure a token to serve others)", o)),
+					http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, err := h.authenticate(r.URL.Path, r.Header); err != nil {
+			var ce *connect.Error
+			if !errors.As(err, &ce) {
+				ce = connect.NewError(connect.CodeUnauthenticated, err)
+			}
+			status := http.StatusUnauthorized
+			if ce.Code() == connect.CodePermissionDenied {
+				status = http.StatusForbidden
+			}
+			refuse(w, r, ce, status)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// apiPath reports whether path is a procedure of the network API (the
+// coordhost.v1 services, the Envoy rate-limit service, reflection), as
+// opposed to the probes and /metrics.
+func apiPath(path string) bool {
+	for _, p := range []string{"/coordhost.v1.", "/envoy.service.ratelimit.", "/grpc.reflection."} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// localOrigin reports whether a browser's Origin header names an IP
+// address or localhost (any scheme and port).
+func localOrigin(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false // "null" and the like: an opaque origin
+	}
+	host := u.Hostname()
+	return host == "localhost" || net.ParseIP(host) != nil
 }

@@ -58,6 +58,12 @@ type grantRef struct {
 	TTLMillis int64 `json:"l,omitempty"`
 }
 
+// same reports whether r and o name one grant.
+func (r *grantRef) same(o *grantRef) bool {
+	return r.Kind == o.Kind && r.Name == o.Name && r.Key == o.Key && r.Field == o.Field &&
+		r.Mode == o.Mode && r.Token == o.Token
+}
+
 // ttl returns the grant's lease length (0: it never expires).
 func (r *grantRef) ttl() time.Duration { return time.Duration(r.TTLMillis) * time.Millisecond }
 

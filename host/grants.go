@@ -69,11 +69,20 @@ func (h *Host) takeGrant(ctx context.Context, req grantRequest, acquire acquireF
 		if err != nil {
 			return nil, err
 		}
+		if len(st.grants) >= MaxSessionGrants {
+			// Refused before anything is taken (session_attach.lua
+			// checks again, for a race with another acquisition).
+			return nil, sessionFull(req.name)
+		}
 		ttl = st.ttl
 	}
 	got, err := acquireWithin(ctx, req.wait, func(ctx context.Context) (acquisition, error) {
 		return acquire(ctx, ttl, req.wait.try())
 	})
+	if err != nil && req.session != "" && errors.Is(err, primitives.ErrInvalidTTL) {
+		// The request gave no ttl: the session's is too long for the block.
+		return nil, invalidField("session_id", req.name, "the session's ttl %v is more than %s %q allows: %v", ttl, req.kind, req.name, err)
+	}
 	if err != nil {
 		return nil, grantError(ctx, "acquire", req.name, req.contended, err)
 	}
@@ -100,10 +109,17 @@ func (h *Host) attach(ctx context.Context, r *grantRef) error {
 	case n == 0:
 		return sessionGone()
 	case n < 0:
-		return apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "session_id", r.Name,
-			fmt.Errorf("session_id: the session holds %d grants, the most it may", MaxSessionGrants))
+		return sessionFull(r.Name)
 	}
+	h.requota(ctx, r.Session, time.Now().Add(time.Duration(r.TTLMillis)*time.Millisecond))
 	return nil
+}
+
+// sessionFull is ResourceExhausted (REASON_CLIENT_LIMIT): the session
+// holds MaxSessionGrants grants.
+func sessionFull(name string) error {
+	return apiError(connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "session_id", name,
+		fmt.Errorf("session_id: the session holds %d grants, the most it may", MaxSessionGrants))
 }
 
 // detach removes r from its session, best effort: a grant that stays
@@ -211,7 +227,11 @@ func (n *named[C, P]) ownsKey(key string) error {
 }
 
 // renewByID serves a Renew of any kind: the grant id's handle is rebuilt
-// and renewed by the grant's TTL (its session's, for a session's grant).
+// and renewed. A session's grant is renewed by its session's TTL, and
+// only while the session lives (a grant whose session is gone is
+// released); any other by the TTL it was taken with, at most what its
+// block allows now: the id is not signed, and its TTL is the client's to
+// rewrite.
 func (h *Host) renewByID(ctx context.Context, id, kind string, contended connect.Code) (*coordhostv1.Grant, error) {
 	r, cerr := parseGrantID(id, kind)
 	if cerr != nil {
@@ -224,6 +244,21 @@ func (h *Host) renewByID(ctx context.Context, id, kind string, contended connect
 	if err != nil {
 		return nil, grantError(ctx, "renew", r.Name, contended, err)
 	}
+	if r.Session != "" {
+		st, err := h.runSession(ctx, sessionGet, r.Session, callerToken(ctx))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			res, rerr := h.releaseOwn(ctx, g)
+			h.metrics.grantOp(r.Kind, "release", "session", false, res, rerr)
+			return nil, apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_GRANT_LOST, "grant_id", r.Name,
+				errors.New("the grant's session ended (closed or expired): the grant was released; acquire again"))
+		}
+		if err != nil {
+			return nil, err
+		}
+		r.TTLMillis = st.ttl.Milliseconds()
+	} else if limit := h.renewalLimit(r); r.ttl() > limit {
+		r.TTLMillis = limit.Milliseconds()
+	}
 	ok, err := h.renewHeld(ctx, g)
 	h.metrics.grantOp(r.Kind, "renew", "grant_id", ok, 0, err)
 	if err != nil {
@@ -233,6 +268,37 @@ func (h *Host) renewByID(ctx context.Context, id, kind string, contended connect
 		return nil, grantLost(r.Name)
 	}
 	return g.proto(), nil
+}
+
+// renewalLimit is the longest TTL a renewal by id may give r, outside a
+// session: what its block grants now (a lease's max_ttl; a ttl = "none"
+// semaphore's Hold lease), so that a rewritten id cannot stretch a grant.
+func (h *Host) renewalLimit(r *grantRef) time.Duration {
+	g := h.gen.Load()
+	switch r.Kind {
+	case kindLock:
+		if n := g.locks[r.Name]; n != nil {
+			return n.cfg.TTL
+		}
+	case kindRedlock:
+		if n := g.redlocks[r.Name]; n != nil {
+			return n.cfg.TTL
+		}
+	case kindRWLock:
+		if n := g.rwlocks[r.Name]; n != nil {
+			return n.cfg.TTL
+		}
+	case kindSemaphore:
+		if n := g.semaphores[r.Name]; n != nil && n.cfg.TTL > 0 {
+			return n.cfg.TTL
+		}
+		return HoldPermitTTL
+	case kindLease:
+		if n := g.leases[r.Name]; n != nil {
+			return n.cfg.MaxTTL
+		}
+	}
+	return r.ttl() // the block went: resume refuses it anyway
 }
 
 // renewHeld renews g by its TTL; a permit without expiry is verified
@@ -256,6 +322,9 @@ func (h *Host) releaseByID(ctx context.Context, id, kind string, contended conne
 	// A Hold of the grant served here releases through its own handle, so
 	// that its metrics see a release, not a grant found gone at its end.
 	g := h.holds.held(r.Token)
+	if g != nil && !g.ref.same(r) {
+		g = nil // the id names something else than the Hold: resume it
+	}
 	if g == nil {
 		var err error
 		if g, err = h.resume(r); err != nil {
@@ -267,9 +336,13 @@ func (h *Host) releaseByID(ctx context.Context, id, kind string, contended conne
 	if err != nil {
 		return 0, grantError(ctx, "release", r.Name, contended, err)
 	}
-	h.holds.end(r.Token, apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_GRANT_LOST, "", r.Name,
-		errors.New("the grant was released by a Release call")))
-	h.detach(ctx, r)
+	if res == primitives.Released {
+		// This call held the grant: a Hold of it here ends now. (Any other
+		// answer proves nothing about a Hold of the same token.)
+		h.holds.end(r.Token, apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_GRANT_LOST, "", r.Name,
+			errors.New("the grant was released by a Release call")))
+		h.detach(ctx, r)
+	}
 	return releaseResult(res), nil
 }
 
@@ -292,6 +365,13 @@ func (h *Host) renewSessionGrants(ctx context.Context, id string, st *sessionSta
 			g, err := h.resume(r)
 			if err != nil {
 				h.log.Warn("session: cannot renew a grant", "kind", r.Kind, "name", r.Name, "error", err)
+				return
+			}
+			if authorizeName(ctx, r.Name) != nil {
+				// The token may no longer use the name (a reload took it):
+				// the grant is given back, not kept alive.
+				res, err := h.releaseOwn(ctx, g)
+				h.metrics.grantOp(r.Kind, "release", "session", false, res, err)
 				return
 			}
 			ok, err := h.renewHeld(ctx, g)

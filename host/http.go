@@ -45,7 +45,7 @@ func (h *Host) Handler() http.Handler {
 		mux.Handle(p, hd)
 	}
 	mux.Handle("GET /metrics", h.metricsAuth(promhttp.HandlerFor(h.metrics.reg, promhttp.HandlerOpts{Registry: h.metrics.reg})))
-	return h.clientCertGate(mux)
+	return h.clientCertGate(h.apiGate(mux))
 }
 
 // apiHandlers returns the coordhost.v1 services served so far and the gRPC health
