@@ -65,4 +65,38 @@ var (
 	// needs (e.g. CLIENT INFO and CLIENT KILL to fence an uncertain
 	// outcome); the error names the rules to grant.
 	ErrNoPermission = base.ErrNoPermission
+
+	// ErrNotReplicated means a write the primary applied was not
+	// acknowledged by as many replicas as the primitive's Replicas option
+	// asks for within its ReplicaTimeout (WAIT answered fewer, or failed),
+	// so a failover could lose it. An acquire with this error holds
+	// nothing: the grant was released (owner-checked) before the error
+	// came back; a fencing token it drew is skipped, never reissued to
+	// anyone on this primary. A renewal with this error lost the handle
+	// (Done is closed, later renewals return false); Release still deletes
+	// the lease if it is ours. See docs/failover.md.
+	ErrNotReplicated = base.ErrNotReplicated
 )
+
+// Limits and default of the Replicas and ReplicaTimeout options of the
+// primitives that have them (lock, rwlock, semaphore, lease).
+//
+// Replicas = N (0 to MaxReplicas; 0, the default, is off) makes every
+// grant, renewal and fencing increment wait, after the script that made
+// it and on the same connection, for WAIT N ReplicaTimeout: the write
+// counts only once N replicas acknowledge it. ReplicaTimeout is rounded up
+// to whole milliseconds, at most MaxReplicaTimeout; 0 means
+// DefaultReplicaTimeout (1s). Other values fail the constructor with an
+// error matching ErrInvalidOptions.
+const (
+	DefaultReplicaTimeout = base.DefaultReplicaTimeout
+	MaxReplicas           = base.MaxReplicas
+	MaxReplicaTimeout     = base.MaxReplicaTimeout
+)
+
+// NotReplicated is the error behind ErrNotReplicated: what was not
+// confirmed (Name, Op "acquire" or "renew"), how many replicas were asked
+// for (Want) and acknowledged within Timeout (Acked), what was done about
+// it (Settled), and WAIT's own error when it gave no count (Err, e.g.
+// "WAIT cannot be used with replica instances"). Match it with errors.As.
+type NotReplicated = base.NotReplicated

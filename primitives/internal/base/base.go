@@ -8,6 +8,7 @@ package base
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors shared by all primitives (re-exported by package
@@ -25,6 +26,7 @@ var (
 	ErrUncertain      = errors.New("coordhost: outcome unknown")
 	ErrUnsupported    = errors.New("coordhost: the server lacks a feature this needs")
 	ErrNoPermission   = errors.New("coordhost: the server refused a command this needs (ACL)")
+	ErrNotReplicated  = errors.New("coordhost: not confirmed by enough replicas")
 )
 
 // MaxTokenBytes is the longest ownership token CheckToken accepts.
@@ -93,6 +95,49 @@ func (e *LateGrant) Error() string {
 
 // Unwrap returns ErrNotAcquired.
 func (e *LateGrant) Unwrap() error { return ErrNotAcquired }
+
+// Limits and default of the primitives' Replicas and ReplicaTimeout
+// options (package primitives documents them).
+const (
+	DefaultReplicaTimeout = time.Second
+	MaxReplicas           = 64
+	MaxReplicaTimeout     = time.Minute
+)
+
+// NotReplicated is a write the primary applied (a grant, a renewal or a
+// fencing increment) that fewer replicas than asked acknowledged within
+// the timeout, so a failover could lose it. It matches ErrNotReplicated
+// (and Err, when WAIT itself failed) with errors.Is.
+type NotReplicated struct {
+	Name    string        // what it was about, e.g. `lock "k"`
+	Op      string        // "acquire" or "renew"
+	Want    int64         // replicas asked for
+	Acked   int64         // replicas that acknowledged (0 when WAIT failed)
+	Timeout time.Duration // how long WAIT waited
+	Settled string        // what was done about it, e.g. "released"; may be empty
+	Err     error         // WAIT's error reply, when it gave no count
+}
+
+func (e *NotReplicated) Error() string {
+	var what string
+	if e.Err != nil {
+		what = fmt.Sprintf("WAIT failed: %v", e.Err)
+	} else {
+		what = fmt.Sprintf("%d of %d replica(s) acknowledged within %v", e.Acked, e.Want, e.Timeout)
+	}
+	if e.Settled != "" {
+		return fmt.Sprintf("%s: %s not confirmed by replicas (%s): %s", e.Name, e.Op, e.Settled, what)
+	}
+	return fmt.Sprintf("%s: %s not confirmed by replicas: %s", e.Name, e.Op, what)
+}
+
+// Unwrap returns ErrNotReplicated and WAIT's error, if any.
+func (e *NotReplicated) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrNotReplicated, e.Err}
+	}
+	return []error{ErrNotReplicated}
+}
 
 // ReleaseResult says what an owner-checked release found on the server.
 type ReleaseResult int

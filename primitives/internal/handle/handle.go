@@ -23,7 +23,10 @@ type Ops interface {
 	Describe() string
 	// Renew sets the lease to ms milliseconds from now if token owns it,
 	// in one script: 1 renewed, 0 not owned. Errors come back classified
-	// (script.Classify) or as transport errors.
+	// (script.Classify) or as transport errors. A renewal the server made
+	// but too few replicas confirmed (replica.Wait) returns an error
+	// matching base.ErrNotReplicated: the handle is then lost, as after
+	// any renewal error, and the error reaches the caller as it is.
 	Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error)
 	// Release deletes the lease if token owns it and announces the
 	// release: 1 released, 0 absent, -1 another owner's.
@@ -230,6 +233,12 @@ func (h *Handle[O]) explain(op string, err error) error {
 	var ns notSent
 	if errors.As(err, &ns) {
 		return ns.err // nothing was sent: not an unknown outcome
+	}
+	if errors.Is(err, base.ErrNotReplicated) {
+		// The server answered, but too few replicas confirmed: the Ops
+		// made a *base.NotReplicated that names the lease and says the
+		// handle is lost.
+		return err
 	}
 	if script.IsUncertain(err) {
 		return &base.Uncertain{Name: h.ops.Describe(), Op: op, Settled: "handle closed", Err: err}

@@ -43,6 +43,20 @@ func (s *Script) Run(ctx context.Context, c rueidis.CoreClient, keys, args []str
 	return resp
 }
 
+// RunThen is Run followed by the command then builds, both in one DoMulti,
+// so that on a client they travel on one connection, in order, and then
+// runs after the script (replica.Wait sends WAIT this way: WAIT covers
+// only the writes of its own connection). then is called once per send:
+// on NOSCRIPT the pair goes again with EVAL, and the first then has run
+// after a script that did nothing. Neither command is marked retryable.
+func (s *Script) RunThen(ctx context.Context, c rueidis.CoreClient, keys, args []string, then func() rueidis.Completed) (rueidis.RedisResult, rueidis.RedisResult) {
+	rs := c.DoMulti(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), then())
+	if rerr, ok := rueidis.IsRedisErr(rs[0].Error()); ok && rerr.IsNoScript() {
+		rs = c.DoMulti(ctx, c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), then())
+	}
+	return rs[0], rs[1]
+}
+
 // Code classifies an error reply raised by a script or by Redis inside it.
 type Code int
 
