@@ -124,9 +124,10 @@ func (l *Locker) attempt(ctx context.Context, c wait.Conn, r *request) (*Lock, t
 // 7.0+), which costs the server less than a script and still answers in
 // one round trip: nil when granted, the holder's token when held, WRONGTYPE
 // for a foreign value. The holder's TTL is then unknown (-1); a waiter
-// learns it from its next attempt.
+// learns it from its next attempt. With Options.Replicas the script runs
+// instead, followed by WAIT (attemptOn).
 func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Duration, error) {
-	if r.fence != "" || r.queue != "" || r.grants != "" {
+	if r.fence != "" || r.queue != "" || r.grants != "" || l.rep.On() {
 		return l.attemptOn(ctx, wait.Conn{CoreClient: l.client}, r)
 	}
 	sent := l.clk.Now()
@@ -158,7 +159,8 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 		keys, args = append(keys, r.grants), append(args, "1")
 	}
 	sent := l.clk.Now()
-	vals, err := sc.Run(ctx, c, keys, args).ToArray()
+	res, ack := l.rep.Run(ctx, c, sc, keys, args)
+	vals, err := res.ToArray()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("lock: acquire script returned %d values, want 2", len(vals))
 	}
@@ -199,13 +201,19 @@ func (l *Locker) attemptOn(ctx context.Context, c wait.Conn, r *request) (*Lock,
 			return nil, 0, fmt.Errorf("lock %q: fencing token: %w", r.key, err)
 		}
 	}
+	if !ack.OK() {
+		// Granted (and the token drawn) on the primary only, as far as
+		// anyone knows: a failover could hand the lock out again.
+		l.settle(ctx, c, r, false)
+		return nil, 0, ack.Err(fmt.Sprintf("lock %q", r.key), "acquire", "released")
+	}
 	return l.granted(ctx, c, r, sent, fence)
 }
 
 // granted builds the handle for a grant whose command was sent at sent.
 func (l *Locker) granted(ctx context.Context, c wait.Conn, r *request, sent time.Time, fence int64) (*Lock, time.Duration, error) {
 	lk := &Lock{fence: fence}
-	lk.h.Init(l.client, l.clk, r.key, r.token, lockOps{key: r.key, channel: r.channel}, sent, r.ttl)
+	lk.h.Init(l.client, l.clk, r.key, r.token, lockOps{key: r.key, channel: r.channel, rep: l.rep}, sent, r.ttl)
 	if lk.h.Expired() {
 		// The grant arrived after the whole lease had run out locally: not
 		// acquired, and someone else may already hold it.

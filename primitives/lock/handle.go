@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/redis/rueidis"
 )
 
@@ -65,9 +66,12 @@ func (l *Lock) Done() <-chan struct{} { return l.core().Done() }
 // another owner holds the key (the handle is then lost). A transport error
 // or cancellation leaves the outcome unknown: the handle fails closed (Done
 // closes, later renewals return false) and the error, matching
-// primitives.ErrUncertain, is returned. ttl follows the rules of
-// Locker.TryAcquire (at most MaxTTL); a bad ttl or a context already done
-// sends nothing.
+// primitives.ErrUncertain, is returned. With Options.Replicas, a renewal
+// the server made but too few replicas confirmed in time also fails the
+// handle closed, with an error matching primitives.ErrNotReplicated; the
+// lock stays ours on the primary until its TTL or Release. ttl follows the
+// rules of Locker.TryAcquire (at most MaxTTL); a bad ttl or a context
+// already done sends nothing.
 func (l *Lock) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	return l.core().Renew(ctx, ttl)
 }
@@ -97,12 +101,19 @@ func (l *Lock) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 func (l *Lock) Close() error { return l.core().Close() }
 
 // lockOps are a lock's owner-checked operations (handle.Ops).
-type lockOps struct{ key, channel string }
+type lockOps struct {
+	key, channel string
+	rep          replica.Wait // renewals wait for replicas when on
+}
 
 func (o lockOps) Describe() string { return fmt.Sprintf("lock %q", o.key) }
 
 func (o lockOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
-	n, err := renewScript.Run(ctx, c, []string{o.key}, []string{token, ms}).AsInt64()
+	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key}, []string{token, ms})
+	n, err := res.AsInt64()
+	if err == nil && n == 1 && !ack.OK() {
+		return 0, ack.Err(o.Describe(), "renew", "handle lost")
+	}
 	return n, renewScript.Classify(err)
 }
 

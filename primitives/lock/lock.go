@@ -36,10 +36,14 @@
 //     refuses writes instead: acquisitions fail with Redis' OOM error,
 //     which is the safe way to fail.
 //   - A failover to a replica that had not received the latest writes
-//     loses them; replication is asynchronous. coordhost does not yet wait
-//     for replicas (WAIT) before it reports a grant; where a failover must
-//     not lose a lock, run without automatic failover for this data or
-//     accept that a promoted replica may grant a lock again.
+//     loses them; replication is asynchronous. By default coordhost
+//     reports a grant once the primary made it. With Options.Replicas = N
+//     a grant, renewal or fencing increment counts only once N replicas
+//     acknowledged it (WAIT), so a failover that promotes one of them
+//     keeps it; a grant they do not confirm in time is released and fails
+//     with primitives.ErrNotReplicated. WAIT makes no write durable on
+//     disk, and a promoted replica that was not among the N can still
+//     miss a grant: docs/failover.md says what to configure.
 //   - Anyone deleting or rewriting the keys under Options.Prefix (or the
 //     counter of a fenced lock). Keys starting with ReservedPrefix after
 //     the prefix are coordhost's own and refused as lock keys.
@@ -78,6 +82,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
@@ -138,6 +143,30 @@ type Options struct {
 	// Observer, if not nil, is told about every acquisition and about the
 	// renewals, releases and losses of the locks granted (see Observer).
 	Observer Observer
+	// Replicas, when above 0, makes every grant (and so every fencing
+	// increment, made by the same script) and every renewal count only
+	// once that many replicas acknowledge it: the script is followed on
+	// its connection, in the same round trip, by WAIT Replicas
+	// ReplicaTimeout. A grant fewer replicas confirm in time is released
+	// (owner-checked) and the acquire fails with an error matching
+	// primitives.ErrNotReplicated (a fenced grant's token is then skipped,
+	// never handed out); an unconfirmed renewal returns such an error and
+	// loses the handle (Done closes). Waiting acquires stop at that error
+	// too. Each confirmed write costs the replicas' round trip, and every
+	// attempt holds a rueidis blocking-pool connection while WAIT waits:
+	// with a replica down every attempt takes ReplicaTimeout. At most
+	// primitives.MaxReplicas; 0 (the default) is off: a plain lock's
+	// first attempt is then one SET, as without this option. See
+	// docs/failover.md for what it does and does not guarantee.
+	Replicas int
+	// ReplicaTimeout bounds WAIT when Replicas is above 0, rounded up to
+	// whole milliseconds, at most primitives.MaxReplicaTimeout; 0 means
+	// primitives.DefaultReplicaTimeout (1s). Keep it well below the TTLs
+	// you use (the local estimate runs from before the grant was sent) and
+	// below the ctx deadlines of acquires and renewals (a ctx that ends
+	// during WAIT makes the outcome uncertain: the grant is released best
+	// effort, a renewal loses the handle).
+	ReplicaTimeout time.Duration
 }
 
 // QueueEntryTTL is how long a FIFO waiter's queue entry outlives its last
@@ -154,6 +183,7 @@ type Locker struct {
 	fence  bool
 	retry  policies.RetryPolicy
 	fifo   bool
+	rep    replica.Wait // Options.Replicas; off when zero
 	// grantLog makes the acquire script append "token fence" to a list in
 	// the lock's slot on every grant. Set only by tests (export_test.go):
 	// the fault-history checker settles lost replies from it.
@@ -194,7 +224,12 @@ func configure(client rueidis.Client, opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
+	rep, err := replica.New("lock", opts.Replicas, opts.ReplicaTimeout)
+	if err != nil {
+		return nil, err
+	}
 	return &Locker{
+		rep:      rep,
 		client:   client,
 		space:    keys.Space{Prefix: opts.Prefix},
 		fence:    opts.Fencing,
@@ -236,7 +271,9 @@ func (l *Locker) isClosed() bool {
 //
 // Other errors: primitives.ErrInvalidKey, primitives.ErrInvalidTTL (nothing
 // sent), primitives.ErrWrongType, primitives.ErrCorruptCounter (nothing
-// written), ctx.Err(), or a transport error.
+// written), primitives.ErrNotReplicated (Options.Replicas: granted, not
+// confirmed by enough replicas, released), ctx.Err(), or a transport
+// error.
 //
 // Uncertain outcomes: when ctx ends or the connection fails while the
 // attempt is in flight, the lock may have been granted after all.

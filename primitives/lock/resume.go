@@ -41,6 +41,6 @@ func (l *Locker) Resume(key, token string, fencingToken int64) (*Lock, error) {
 		return nil, fmt.Errorf("%w: lock %q: resume: fencing token %d on a Locker without fencing", primitives.ErrInvalidOptions, full, fencingToken)
 	}
 	lk := &Lock{fence: fencingToken}
-	lk.h.Resume(l.client, l.clk, full, token, lockOps{key: full, channel: l.space.Channel("rel", key)})
+	lk.h.Resume(l.client, l.clk, full, token, lockOps{key: full, channel: l.space.Channel("rel", key), rep: l.rep})
 	return lk, nil
 }
