@@ -12,6 +12,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 )
@@ -28,6 +29,7 @@ type request struct {
 	token   string
 	wid     string // writer id: the pending-writer entry of one AcquireWrite call
 	entryMs string // AcquireWrite: the entry's lease in ms
+	rep     replica.Wait
 }
 
 func (r *request) member() string { return memberOf(r.mode, r.token) }
@@ -79,7 +81,7 @@ func (l *Locker) derive(key string, mode Mode) (*request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rwlock: %w", primitives.ErrInvalidKey, err)
 	}
-	r := &request{key: full, mode: mode, channel: l.space.Channel("rw", key)}
+	r := &request{key: full, mode: mode, channel: l.space.Channel("rw", key), rep: l.rep}
 	if r.writers, err = l.space.Derived("rw-writers", key); err != nil {
 		return nil, fmt.Errorf("%w: rwlock: %w", primitives.ErrInvalidKey, err)
 	}
@@ -98,7 +100,7 @@ func (l *Locker) derive(key string, mode Mode) (*request, error) {
 // ops are the owner-checked operations of the lease r grants (or
 // resumes).
 func (r *request) ops() leaseOps {
-	return leaseOps{key: r.key, member: r.member(), channel: r.channel, mode: r.mode}
+	return leaseOps{key: r.key, member: r.member(), channel: r.channel, mode: r.mode, rep: r.rep}
 }
 
 // Why an attempt was refused (the scripts' reason codes).
@@ -166,7 +168,8 @@ func (l *Locker) attempt(ctx context.Context, c wait.Conn, r *request, bound str
 	}
 	name := fmt.Sprintf("rwlock %q", r.key)
 	sent := l.clk.Now()
-	vals, err := sc.Run(ctx, c, keys, args).ToArray()
+	res, ack := l.rep.Run(ctx, c, sc, keys, args)
+	vals, err := res.ToArray()
 	if err == nil && len(vals) < 2 {
 		err = fmt.Errorf("%s: %s returned %d values", name, sc.Name(), len(vals))
 	}
@@ -196,6 +199,11 @@ func (l *Locker) attempt(ctx context.Context, c wait.Conn, r *request, bound str
 			}
 		}
 		return nil, st, nil
+	}
+	if !ack.OK() {
+		// Granted on the primary only, as far as anyone knows.
+		l.settle(ctx, c, r)
+		return nil, nil, ack.Err(name, "acquire", "released")
 	}
 	ls := &Lease{mode: r.mode, granted: ints[1]}
 	ls.h.Init(l.client, l.clk, r.key, r.token, r.ops(), sent, r.ttl)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/redis/rueidis"
 )
 
@@ -70,7 +71,9 @@ func (l *Lease) Done() <-chan struct{} { return l.core().Done() }
 // round trip once the estimate ran out or the lease was lost or released;
 // false after a round trip when the member is gone or past its deadline
 // (the handle is then lost). A transport error or cancellation fails the
-// handle closed and returns an error matching primitives.ErrUncertain. ttl
+// handle closed and returns an error matching primitives.ErrUncertain.
+// With Options.Replicas, a renewal too few replicas confirmed in time also
+// fails it closed, with an error matching primitives.ErrNotReplicated. ttl
 // follows the rules of Locker.TryAcquireRead (at most MaxTTL).
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	return l.core().Renew(ctx, ttl)
@@ -103,12 +106,17 @@ func (l *Lease) Close() error { return l.core().Close() }
 type leaseOps struct {
 	key, member, channel string
 	mode                 Mode
+	rep                  replica.Wait // renewals wait for replicas when on
 }
 
 func (o leaseOps) Describe() string { return fmt.Sprintf("rwlock %q %s lease", o.key, o.mode) }
 
 func (o leaseOps) Renew(ctx context.Context, c rueidis.Client, _, ms string) (int64, error) {
-	n, err := renewScript.Run(ctx, c, []string{o.key}, []string{o.member, ms}).AsInt64()
+	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key}, []string{o.member, ms})
+	n, err := res.AsInt64()
+	if err == nil && n == 1 && !ack.OK() {
+		return 0, ack.Err(o.Describe(), "renew", "handle lost")
+	}
 	return n, renewScript.Classify(err)
 }
 

@@ -87,6 +87,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/clock"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
@@ -155,6 +156,23 @@ type Options struct {
 	// Observer, if not nil, is told about every acquisition and about the
 	// renewals, releases and losses of the leases granted (see Observer).
 	Observer Observer
+	// Replicas, when above 0, makes every grant, read or write, and every
+	// renewal count only once that many replicas acknowledge it: the
+	// script is followed on its connection, in the same round trip, by
+	// WAIT Replicas ReplicaTimeout. A grant fewer replicas confirm in time
+	// is released (owner-checked) and the acquire fails with an error
+	// matching primitives.ErrNotReplicated; waiting acquires stop at it
+	// too. An unconfirmed renewal returns such an error and loses the
+	// handle (Done closes). Attempts that grant nothing wait too, for
+	// whatever they wrote (a waiting writer's entry, pruned leases). At
+	// most primitives.MaxReplicas; 0 (the default) is off, one script per
+	// attempt as without this option. See docs/failover.md.
+	Replicas int
+	// ReplicaTimeout bounds WAIT when Replicas is above 0, rounded up to
+	// whole milliseconds, at most primitives.MaxReplicaTimeout; 0 means
+	// primitives.DefaultReplicaTimeout (1s). Keep it well below the TTLs
+	// and below the ctx deadlines of acquires and renewals.
+	ReplicaTimeout time.Duration
 }
 
 // Locker acquires read and write leases on one client. Safe for concurrent
@@ -165,6 +183,7 @@ type Locker struct {
 	retry      policies.RetryPolicy
 	starve     policies.StarvationPolicy // nil: reader preference
 	markerTTL  time.Duration
+	rep        replica.Wait // Options.Replicas; off when zero
 	obs        Observer
 	engine     *wait.Engine
 	ownsEngine bool
@@ -201,7 +220,12 @@ func New(client rueidis.Client, opts Options) (*Locker, error) {
 	case marker < MinMarkerTTL || marker > MaxTTL:
 		return nil, fmt.Errorf("%w: rwlock: MarkerTTL %v is outside [%v, %v]", primitives.ErrInvalidOptions, marker, MinMarkerTTL, MaxTTL)
 	}
+	rep, err := replica.New("rwlock", opts.Replicas, opts.ReplicaTimeout)
+	if err != nil {
+		return nil, err
+	}
 	l := &Locker{
+		rep:       rep,
 		client:    client,
 		space:     keys.Space{Prefix: opts.Prefix},
 		retry:     retry,
@@ -253,7 +277,9 @@ func (l *Locker) isClosed() bool {
 // primitives.ErrInvalidOptions (nil Locker or context), primitives.ErrClosed,
 // ctx.Err() (all before anything is sent), primitives.ErrWrongType (nothing
 // written), an error matching primitives.ErrUncertain when the reply was
-// lost (the lease was released best effort), or a transport error.
+// lost (the lease was released best effort), one matching
+// primitives.ErrNotReplicated (Options.Replicas: granted, not confirmed by
+// enough replicas in time, released), or a transport error.
 func (l *Locker) TryAcquireRead(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
 	return l.run(ctx, key, ttl, Read, false)
 }
