@@ -10,6 +10,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
@@ -45,9 +46,12 @@ func (s *Semaphores) attempt(ctx context.Context, c wait.Conn, r *request) (*Per
 	}
 	token := r.token
 	sent := s.clk.Now()
+	var ack replica.Ack
 	vals, err := fence.Attempt(ctx, s.fences, c.CoreClient, c.Identity, name, r.key,
 		func(ctx context.Context, conn rueidis.CoreClient) ([]rueidis.RedisMessage, error) {
-			vals, err := acquireScript.Run(ctx, conn, ks, []string{token, r.capArg, r.ms}).ToArray()
+			var res rueidis.RedisResult
+			res, ack = s.rep.Run(ctx, conn, acquireScript, ks, []string{token, r.capArg, r.ms})
+			vals, err := res.ToArray()
 			return vals, acquireScript.Classify(err)
 		},
 		func(ctx context.Context) error { return s.releaseToken(ctx, r.key, r.capKey, r.channel, token) })
@@ -92,9 +96,18 @@ func (s *Semaphores) attempt(ctx context.Context, c wait.Conn, r *request) (*Per
 		}
 		return nil, outcome{wait: w, live: live}, nil
 	}
+	if !ack.OK() {
+		// Granted on the primary only, as far as anyone knows.
+		settled := "released"
+		if err := s.releaseToken(ctx, r.key, r.capKey, r.channel, token); err != nil {
+			s.cleanupLater(r.key, r.capKey, r.channel, token, "acquire", err)
+			settled = "release retried in the background"
+		}
+		return nil, outcome{wait: -1}, ack.Err(name, "acquire", settled)
+	}
 	p := &Permit{s: s, capacity: r.capacity}
 	p.forever.Store(r.forever)
-	p.h.Init(s.client, s.clk, r.key, token, permitOps{key: r.key, capKey: r.capKey, channel: r.channel, token: token}, sent, r.ttl)
+	p.h.Init(s.client, s.clk, r.key, token, permitOps{key: r.key, capKey: r.capKey, channel: r.channel, token: token, rep: s.rep}, sent, r.ttl)
 	if p.h.Expired() {
 		_ = s.releaseToken(ctx, r.key, r.capKey, r.channel, token)
 		return nil, outcome{wait: -1}, &base.LateGrant{Name: name}

@@ -10,6 +10,7 @@ import (
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/redis/rueidis"
 )
@@ -73,7 +74,9 @@ func (p *Permit) Done() <-chan struct{} { return p.core().Done() }
 // a round trip once the estimate ran out or the permit was lost or
 // released; false after a round trip when the permit is gone (the handle
 // is then lost). A transport error or cancellation fails the handle closed
-// and returns an error matching primitives.ErrUncertain.
+// and returns an error matching primitives.ErrUncertain. With
+// Options.Replicas, a renewal too few replicas confirmed in time also
+// fails it closed, with an error matching primitives.ErrNotReplicated.
 func (p *Permit) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	ok, err := p.core().Renew(ctx, ttl)
 	if ok {
@@ -130,12 +133,19 @@ func (p *Permit) Close() error {
 }
 
 // permitOps are a permit's owner-checked operations (handle.Ops).
-type permitOps struct{ key, capKey, channel, token string }
+type permitOps struct {
+	key, capKey, channel, token string
+	rep                         replica.Wait // renewals wait for replicas when on
+}
 
 func (o permitOps) Describe() string { return fmt.Sprintf("semaphore %q", o.key) }
 
 func (o permitOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
-	n, err := renewScript.Run(ctx, c, []string{o.key, o.capKey}, []string{token, ms}).AsInt64()
+	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key, o.capKey}, []string{token, ms})
+	n, err := res.AsInt64()
+	if err == nil && n == 1 && !ack.OK() {
+		return 0, ack.Err(o.Describe(), "renew", "handle lost")
+	}
 	return n, renewScript.Classify(err)
 }
 

@@ -45,6 +45,6 @@ func (s *Semaphores) Resume(key, token string, capacity int, noExpiry bool) (*Pe
 	}
 	p := &Permit{s: s, capacity: capacity}
 	p.forever.Store(noExpiry)
-	p.h.Resume(s.client, s.clk, full, token, permitOps{key: full, capKey: capKey, channel: channel, token: token})
+	p.h.Resume(s.client, s.clk, full, token, permitOps{key: full, capKey: capKey, channel: channel, token: token, rep: s.rep})
 	return p, nil
 }

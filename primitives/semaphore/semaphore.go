@@ -66,6 +66,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/fence"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
@@ -163,6 +164,23 @@ type Options struct {
 	// Observer, if not nil, is told about every acquisition and about the
 	// renewals, releases and losses of the permits granted (see Observer).
 	Observer Observer
+	// Replicas, when above 0, makes every grant and every renewal count
+	// only once that many replicas acknowledge it: the acquire or renew
+	// script is followed on its connection, in the same round trip, by
+	// WAIT Replicas ReplicaTimeout. A permit fewer replicas confirm in
+	// time is released (owner-checked) and the acquire fails with an
+	// error matching primitives.ErrNotReplicated (waiting acquires stop
+	// at it too); an unconfirmed renewal returns such an error and loses
+	// the handle (Done closes). Refused attempts wait too, for the expired
+	// permits they pruned. At most primitives.MaxReplicas; 0 (the default)
+	// is off, one script per attempt as without this option. See
+	// docs/failover.md.
+	Replicas int
+	// ReplicaTimeout bounds WAIT when Replicas is above 0, rounded up to
+	// whole milliseconds, at most primitives.MaxReplicaTimeout; 0 means
+	// primitives.DefaultReplicaTimeout (1s). Keep it well below the TTLs
+	// and below the ctx deadlines of acquires and renewals.
+	ReplicaTimeout time.Duration
 }
 
 // Semaphores acquires permits of semaphores on one client. Safe for
@@ -171,6 +189,7 @@ type Semaphores struct {
 	client rueidis.Client
 	space  keys.Space
 	retry  policies.RetryPolicy
+	rep    replica.Wait // Options.Replicas; off when zero
 	engine *wait.Engine
 	owns   bool          // engine is private: Close closes it
 	closed chan struct{} // closed by Close: ends waits and background cleanups
@@ -199,7 +218,12 @@ func New(client rueidis.Client, opts Options) (*Semaphores, error) {
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: %w", err)
 	}
+	rep, err := replica.New("semaphore", opts.Replicas, opts.ReplicaTimeout)
+	if err != nil {
+		return nil, err
+	}
 	s := &Semaphores{
+		rep:    rep,
 		client: client,
 		space:  keys.Space{Prefix: opts.Prefix},
 		retry:  retry,
@@ -264,7 +288,9 @@ func (s *Semaphores) isClosed() bool {
 // slot), primitives.ErrInvalidTTL, ErrInvalidCapacity,
 // ErrCapacityMismatch, primitives.ErrWrongType, ErrNoClientPermission,
 // ctx.Err(), primitives.ErrClosed. A lost reply is fenced and settled; the
-// error then matches primitives.ErrUncertain and no permit is held.
+// error then matches primitives.ErrUncertain and no permit is held. With
+// Options.Replicas, a permit too few replicas confirmed in time is
+// released and the error matches primitives.ErrNotReplicated.
 func (s *Semaphores) TryAcquire(ctx context.Context, key string, capacity int, ttl time.Duration) (*Permit, error) {
 	req, err := s.prepare(ctx, key, capacity, ttl)
 	if err != nil {
