@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/internal/handle"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/redis/rueidis"
 )
@@ -60,8 +61,10 @@ func (l *Lease) Done() <-chan struct{} { return l.core().Done() }
 // another owner's (the handle is then lost). When the hash got a key-level
 // TTL after the grant, nothing is renewed, the handle is lost and the error
 // matches ErrHashHasTTL. A transport error or cancellation fails the handle
-// closed and returns an error matching primitives.ErrUncertain. ttl follows
-// the rules of Leases.TryAcquire (at most MaxTTL).
+// closed and returns an error matching primitives.ErrUncertain. With
+// Options.Replicas, a renewal too few replicas confirmed in time also
+// fails it closed, with an error matching primitives.ErrNotReplicated. ttl
+// follows the rules of Leases.TryAcquire (at most MaxTTL).
 func (l *Lease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	return l.core().Renew(ctx, ttl)
 }
@@ -88,12 +91,19 @@ func (l *Lease) Release(ctx context.Context) (primitives.ReleaseResult, error) {
 func (l *Lease) Close() error { return l.core().Close() }
 
 // leaseOps are a hash-field lease's owner-checked operations (handle.Ops).
-type leaseOps struct{ key, field, channel string }
+type leaseOps struct {
+	key, field, channel string
+	rep                 replica.Wait // renewals wait for replicas when on
+}
 
 func (o leaseOps) Describe() string { return fmt.Sprintf("lease %q field %q", o.key, o.field) }
 
 func (o leaseOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
-	n, err := renewScript.Run(ctx, c, []string{o.key}, []string{o.field, token, ms}).AsInt64()
+	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key}, []string{o.field, token, ms})
+	n, err := res.AsInt64()
+	if err == nil && n == 1 && !ack.OK() {
+		return 0, ack.Err(o.Describe(), "renew", "handle lost")
+	}
 	return n, renewScript.Classify(err)
 }
 

@@ -54,6 +54,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/handle"
 	"github.com/coordhost/coordhost/primitives/internal/keys"
 	"github.com/coordhost/coordhost/primitives/internal/probe"
+	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
 	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
@@ -105,6 +106,22 @@ type Options struct {
 	// Close closes. New refuses (primitives.ErrInvalidOptions) a Waiter
 	// made for another client, a closed one, or a zero Waiter.
 	Waiter *primitives.Waiter
+	// Replicas, when above 0, makes every grant and every renewal count
+	// only once that many replicas acknowledge it: the acquire or renew
+	// script is followed on its connection, in the same round trip, by
+	// WAIT Replicas ReplicaTimeout. A lease fewer replicas confirm in time
+	// is released (owner-checked) and the acquire fails with an error
+	// matching primitives.ErrNotReplicated (waiting acquires stop at it
+	// too); an unconfirmed renewal returns such an error and loses the
+	// handle (Done closes). At most primitives.MaxReplicas; 0 (the
+	// default) is off, one script per attempt as without this option. See
+	// docs/failover.md.
+	Replicas int
+	// ReplicaTimeout bounds WAIT when Replicas is above 0, rounded up to
+	// whole milliseconds, at most primitives.MaxReplicaTimeout; 0 means
+	// primitives.DefaultReplicaTimeout (1s). Keep it well below the TTLs
+	// and below the ctx deadlines of acquires and renewals.
+	ReplicaTimeout time.Duration
 }
 
 // Leases acquires hash-field leases on one client. Safe for concurrent use;
@@ -113,6 +130,7 @@ type Leases struct {
 	client rueidis.Client
 	space  keys.Space
 	retry  policies.RetryPolicy
+	rep    replica.Wait // Options.Replicas; off when zero
 	engine *wait.Engine
 	owns   bool          // engine is private: Close closes it
 	closed chan struct{} // closed by Close: ends this Leases' waits
@@ -133,7 +151,12 @@ func New(client rueidis.Client, opts Options) (*Leases, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
+	rep, err := replica.New("lease", opts.Replicas, opts.ReplicaTimeout)
+	if err != nil {
+		return nil, err
+	}
 	ls := &Leases{
+		rep:         rep,
 		client:      client,
 		space:       keys.Space{Prefix: opts.Prefix},
 		retry:       retry,
@@ -180,7 +203,9 @@ func (ls *Leases) isClosed() bool {
 // or reserved key, empty field), primitives.ErrInvalidTTL,
 // ErrUnsupportedServer (Redis < 7.4), ErrHashHasTTL, primitives.ErrWrongType,
 // ErrNoClientPermission, ctx.Err(). A lost reply is fenced and settled; the
-// error then says the outcome was unknown and the lease is not held.
+// error then says the outcome was unknown and the lease is not held. With
+// Options.Replicas, a lease too few replicas confirmed in time is released
+// and the error matches primitives.ErrNotReplicated.
 func (ls *Leases) TryAcquire(ctx context.Context, hashKey, field string, ttl time.Duration) (*Lease, error) {
 	req, err := ls.prepare(ctx, hashKey, field, ttl)
 	if err != nil {
@@ -285,9 +310,12 @@ func (ls *Leases) checkServer(ctx context.Context) error {
 func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease, time.Duration, error) {
 	name := fmt.Sprintf("lease %q field %q", r.key, r.field)
 	sent := ls.clk.Now()
+	var ack replica.Ack
 	vals, err := fence.Attempt(ctx, ls.fences, c.CoreClient, c.Identity, name, r.key,
 		func(ctx context.Context, conn rueidis.CoreClient) ([]rueidis.RedisMessage, error) {
-			vals, err := acquireScript.Run(ctx, conn, []string{r.key}, []string{r.field, r.token, r.ms}).ToArray()
+			var res rueidis.RedisResult
+			res, ack = ls.rep.Run(ctx, conn, acquireScript, []string{r.key}, []string{r.field, r.token, r.ms})
+			vals, err := res.ToArray()
 			return vals, acquireScript.Classify(err)
 		},
 		func(ctx context.Context) error { return ls.release(ctx, r) })
@@ -316,8 +344,16 @@ func (ls *Leases) attempt(ctx context.Context, c wait.Conn, r *request) (*Lease,
 		}
 		return nil, time.Duration(pttl) * time.Millisecond, nil
 	}
+	if !ack.OK() {
+		// Granted on the primary only, as far as anyone knows.
+		settled := "released"
+		if err := ls.release(ctx, r); err != nil {
+			settled = fmt.Sprintf("release failed (%v): the field stays until its TTL", err)
+		}
+		return nil, 0, ack.Err(name, "acquire", settled)
+	}
 	l := &Lease{}
-	l.h.Init(ls.client, ls.clk, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel}, sent, r.ttl)
+	l.h.Init(ls.client, ls.clk, r.key, r.token, leaseOps{key: r.key, field: r.field, channel: r.channel, rep: ls.rep}, sent, r.ttl)
 	if l.h.Expired() {
 		ls.release(ctx, r)
 		return nil, 0, &base.LateGrant{Name: name}

@@ -33,6 +33,6 @@ func (ls *Leases) Resume(hashKey, field, token string) (*Lease, error) {
 		return nil, fmt.Errorf("lease %q field %q: resume: %w", full, field, err)
 	}
 	l := &Lease{}
-	l.h.Resume(ls.client, ls.clk, full, token, leaseOps{key: full, field: field, channel: channel})
+	l.h.Resume(ls.client, ls.clk, full, token, leaseOps{key: full, field: field, channel: channel, rep: ls.rep})
 	return l, nil
 }
