@@ -86,6 +86,8 @@
 //	  prefix    = "coordhost:lock:"   # default DefaultLockPrefix
 //	  retry     = policy.retry.NAME       # optional reference
 //	  partition = policy.partition.NAME   # optional reference
+//	  replicas  = 0               # grants, renewals confirmed by this many replicas (WAIT); 0 to 64
+//	  replica_timeout = "1s"      # how long they may take: 1ms to 1m; only with replicas
 //	}
 //
 //	latch "NAME" {                # a countdown latch (see Latch)
@@ -103,6 +105,8 @@
 //	  starvation = policy.starvation.NAME  # optional; none: reader preference
 //	  retry      = policy.retry.NAME
 //	  partition  = policy.partition.NAME
+//	  replicas  = 0               # grants, renewals confirmed by this many replicas (WAIT); 0 to 64
+//	  replica_timeout = "1s"      # how long they may take: 1ms to 1m; only with replicas
 //	}
 //
 //	semaphore "NAME" {            # a counting semaphore (see Semaphore)
@@ -111,6 +115,8 @@
 //	  prefix    = "coordhost:semaphore:"  # default DefaultSemaphorePrefix
 //	  retry     = policy.retry.NAME       # optional reference
 //	  partition = policy.partition.NAME   # optional reference
+//	  replicas  = 0               # grants, renewals confirmed by this many replicas (WAIT); 0 to 64
+//	  replica_timeout = "1s"      # how long they may take: 1ms to 1m; only with replicas
 //	}
 //
 //	lease "NAME" {                # named hash-field leases (see Lease); serving needs Redis 7.4+
@@ -119,6 +125,8 @@
 //	  prefix    = "coordhost:lease:"  # default DefaultLeasePrefix
 //	  retry     = policy.retry.NAME       # optional reference
 //	  partition = policy.partition.NAME   # optional: chooses the hash
+//	  replicas  = 0               # grants, renewals confirmed by this many replicas (WAIT); 0 to 64
+//	  replica_timeout = "1s"      # how long they may take: 1ms to 1m; only with replicas
 //	}
 //
 //	rate_limit "NAME" {           # a rate limit, one limiter per partition key (see RateLimit)
@@ -493,6 +501,9 @@ type Lock struct {
 	// declares; nil when not set.
 	Retry     *PolicyRef
 	Partition *PolicyRef
+	// Replication is the replicas and replica_timeout arguments: grants
+	// and renewals confirmed by that many replicas; zero when not set.
+	Replication
 	// Range is the block header's range.
 	Range hcl.Range
 }

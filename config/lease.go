@@ -31,6 +31,8 @@ const (
 //	  prefix    = "coordhost:lease:"    # default DefaultLeasePrefix
 //	  retry     = policy.retry.NAME     # optional
 //	  partition = policy.partition.NAME # optional: chooses the hash
+//	  replicas        = 1                  # optional: see Replication
+//	  replica_timeout = "100ms"            # optional, with replicas
 //	}
 type Lease struct {
 	Name string
@@ -49,6 +51,9 @@ type Lease struct {
 	// "/", chooses the hash. Nil when not set.
 	Retry     *PolicyRef
 	Partition *PolicyRef
+	// Replication is the replicas and replica_timeout arguments: grants
+	// and renewals confirmed by that many replicas; zero when not set.
+	Replication
 	// Range is the block header's range.
 	Range hcl.Range
 }
@@ -63,6 +68,8 @@ var leaseSchema = &hcl.BodySchema{
 		{Name: "prefix"},
 		{Name: "retry"},
 		{Name: "partition"},
+		{Name: replicasAttr},
+		{Name: replicaTimeoutAttr},
 	},
 }
 
@@ -83,6 +90,7 @@ func (d *decoder) decodeLease(b *hcl.Block) {
 	content, diags := b.Body.Content(leaseSchema)
 	d.add(diags...)
 	at := content.Attributes
+	l.Replication = d.replication(at, "lease")
 	ttlOK := false
 	if a := at["ttl"]; a != nil {
 		l.TTL, ttlOK = d.leaseDuration(a)

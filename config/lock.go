@@ -16,6 +16,8 @@ var lockSchema = &hcl.BodySchema{
 		{Name: "prefix"},
 		{Name: "retry"},
 		{Name: "partition"},
+		{Name: replicasAttr},
+		{Name: replicaTimeoutAttr},
 	},
 }
 
@@ -36,6 +38,7 @@ func (d *decoder) decodeLock(b *hcl.Block) {
 	content, diags := b.Body.Content(lockSchema)
 	d.add(diags...)
 	at := content.Attributes
+	l.Replication = d.replication(at, "lock")
 	if a := at["ttl"]; a != nil {
 		if ttl, ok := d.duration(a); ok {
 			if ttl < MinLockTTL {

@@ -26,6 +26,8 @@ const (
 //	  starvation = policy.starvation.NAME   # optional; none means reader preference
 //	  retry      = policy.retry.NAME        # optional
 //	  partition  = policy.partition.NAME    # optional
+//	  replicas        = 1                  # optional: see Replication
+//	  replica_timeout = "100ms"            # optional, with replicas
 //	}
 type RWLock struct {
 	Name string
@@ -44,6 +46,9 @@ type RWLock struct {
 	Starvation *PolicyRef
 	Retry      *PolicyRef
 	Partition  *PolicyRef
+	// Replication is the replicas and replica_timeout arguments: grants
+	// and renewals confirmed by that many replicas; zero when not set.
+	Replication
 	// Range is the block header's range.
 	Range hcl.Range
 }
@@ -59,6 +64,8 @@ var rwlockSchema = &hcl.BodySchema{
 		{Name: "starvation"},
 		{Name: "retry"},
 		{Name: "partition"},
+		{Name: replicasAttr},
+		{Name: replicaTimeoutAttr},
 	},
 }
 
@@ -79,6 +86,7 @@ func (d *decoder) decodeRWLock(b *hcl.Block) {
 	content, diags := b.Body.Content(rwlockSchema)
 	d.add(diags...)
 	at := content.Attributes
+	l.Replication = d.replication(at, "rwlock")
 	if a := at["ttl"]; a != nil {
 		if ttl, ok := d.duration(a); ok {
 			if ttl < MinLockTTL {

@@ -33,6 +33,8 @@ const (
 //	  prefix    = "coordhost:semaphore:"    # default DefaultSemaphorePrefix
 //	  retry     = policy.retry.NAME         # optional
 //	  partition = policy.partition.NAME     # optional
+//	  replicas        = 1                  # optional: see Replication
+//	  replica_timeout = "100ms"            # optional, with replicas
 //	}
 type Semaphore struct {
 	Name string
@@ -51,6 +53,9 @@ type Semaphore struct {
 	// "/", is the Redis key. Nil when not set.
 	Retry     *PolicyRef
 	Partition *PolicyRef
+	// Replication is the replicas and replica_timeout arguments: grants
+	// and renewals confirmed by that many replicas; zero when not set.
+	Replication
 	// Range is the block header's range.
 	Range hcl.Range
 }
@@ -65,6 +70,8 @@ var semaphoreSchema = &hcl.BodySchema{
 		{Name: "prefix"},
 		{Name: "retry"},
 		{Name: "partition"},
+		{Name: replicasAttr},
+		{Name: replicaTimeoutAttr},
 	},
 }
 
@@ -85,6 +92,7 @@ func (d *decoder) decodeSemaphore(b *hcl.Block) {
 	content, diags := b.Body.Content(semaphoreSchema)
 	d.add(diags...)
 	at := content.Attributes
+	s.Replication = d.replication(at, "semaphore")
 	if a := at["capacity"]; a != nil {
 		d.semaphoreCapacity(a, s)
 	}
