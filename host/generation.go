@@ -146,7 +146,8 @@ func (g *generation) policy(ref *config.PolicyRef) (*loadedPolicy, error) {
 }
 
 func (g *generation) newLock(h *Host, lc *config.Lock) (*namedLock, error) {
-	opts := lock.Options{Prefix: h.keyPfx + lc.Prefix, Fencing: lc.Fencing, FIFO: lc.FIFO, Observer: h.metrics.lockObserver(lc.Name)}
+	opts := lock.Options{Prefix: h.keyPfx + lc.Prefix, Fencing: lc.Fencing, FIFO: lc.FIFO, Observer: h.metrics.lockObserver(lc.Name),
+		Replicas: lc.Replicas, ReplicaTimeout: lc.ReplicaTimeout}
 	var part policies.PartitionPolicy
 	if lp, err := g.policy(lc.Retry); err != nil {
 		return nil, fmt.Errorf("lock %q: %w", lc.Name, err)

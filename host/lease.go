@@ -165,7 +165,7 @@ func leaseTTL(c *config.Lease, ttl time.Duration) (time.Duration, error) {
 // newLease builds one generation's Leases for the lease block lc, with its
 // policies.
 func (g *generation) newLease(h *Host, lc *config.Lease) (*namedLease, error) {
-	opts := lease.Options{Prefix: h.keyPfx + lc.Prefix, Waiter: g.waiter}
+	opts := lease.Options{Prefix: h.keyPfx + lc.Prefix, Waiter: g.waiter, Replicas: lc.Replicas, ReplicaTimeout: lc.ReplicaTimeout}
 	lp, err := g.policy(lc.Retry)
 	if err != nil {
 		return nil, fmt.Errorf("lease %q: %w", lc.Name, err)

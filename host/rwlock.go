@@ -120,7 +120,7 @@ func (l *RWLock) observe(ctx context.Context, attrs map[string]string, mode rwlo
 // newRWLock builds one generation's Locker for rc, with its policies.
 func (g *generation) newRWLock(h *Host, rc *config.RWLock) (*namedRWLock, error) {
 	opts := rwlock.Options{Prefix: h.keyPfx + rc.Prefix, MarkerTTL: rc.MarkerTTL, Waiter: g.waiter,
-		Observer: h.metrics.rwlock.observer(rc.Name)}
+		Observer: h.metrics.rwlock.observer(rc.Name), Replicas: rc.Replicas, ReplicaTimeout: rc.ReplicaTimeout}
 	var part policies.PartitionPolicy
 	for _, ref := range []*config.PolicyRef{rc.Starvation, rc.Retry, rc.Partition} {
 		lp, err := g.policy(ref)

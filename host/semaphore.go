@@ -127,7 +127,8 @@ func (s *Semaphore) observe(ctx context.Context, attrs map[string]string, waits 
 // sc, with its policies.
 func (g *generation) newSemaphore(h *Host, sc *config.Semaphore) (*namedSemaphore, error) {
 	opts := semaphore.Options{Prefix: h.keyPfx + sc.Prefix, Waiter: g.waiter, Logger: h.log,
-		Observer: h.metrics.semaphore.observer(sc.Name), OnAbandon: h.metrics.semaphore.onAbandon(sc.Name)}
+		Observer: h.metrics.semaphore.observer(sc.Name), OnAbandon: h.metrics.semaphore.onAbandon(sc.Name),
+		Replicas: sc.Replicas, ReplicaTimeout: sc.ReplicaTimeout}
 	lp, err := g.policy(sc.Retry)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", sc.Name, err)

@@ -29,7 +29,8 @@ const ServerCheckTimeout = 5 * time.Second
 //     appendfsync no, which leaves the flush to the OS (a crash can lose
 //     about 30 seconds).
 //   - replicas: replication is asynchronous, so a failover can lose the
-//     latest grants and counter increments.
+//     latest grants and counter increments (the blocks' replicas = N
+//     confirms them on N replicas: docs/failover.md).
 //
 // Servers that refuse CONFIG (an ACL, or a managed service that renames
 // it) give an error that says so; callers log it and go on.
@@ -82,7 +83,7 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 			continue
 		}
 		if replicas := infoInt(info, "connected_slaves"); replicas > 0 {
-			add(fmt.Sprintf("%s has %d replica(s): replication is asynchronous, so a failover can lose the latest grants and fencing counter increments", addr, replicas))
+			add(fmt.Sprintf("%s has %d replica(s): replication is asynchronous, so a failover can lose the latest grants and fencing counter increments; set replicas = N in the lock, rwlock, semaphore and lease blocks to confirm them on N replicas (docs/failover.md)", addr, replicas))
 		}
 	}
 	return hazards, infoErr

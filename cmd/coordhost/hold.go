@@ -116,11 +116,11 @@ func newHoldFlagsFor(k *holdKind, f *holdFlags) *flag.FlagSet {
 		"redis://S1:26379?addr=S2:26379&master_set=NAME; default $"+envRedisURL+", else dev mode (a private redis-server for this run). "+
 		"With -config it replaces the file's addresses (and $"+envRedisURL+" applies only when the file has no redis block); the file's credentials apply unless ADDR has its own")
 	n := k.noun
-	fileSets := "ttl, fencing, prefix and policies apply (so -ttl, -fencing and -prefix are errors)"
+	fileSets := "ttl, fencing, prefix, replicas and policies apply (so -ttl, -fencing and -prefix are errors)"
 	if k.rw {
 		fs.Var(boolValue{&f.read}, "read", "take a read lease, shared with other readers")
 		fs.Var(boolValue{&f.write}, "write", "take the write lease, exclusive (the default)")
-		fileSets = "ttl, prefix, marker_ttl and policies (starvation, retry, partition) apply"
+		fileSets = "ttl, prefix, marker_ttl, replicas and policies (starvation, retry, partition) apply"
 	} else {
 		fs.Var(newDurationValue(&f.ttl, defaultTTL), "ttl", "lease time of the lock, `DURATION` "+durationHelp+"; renewed every ttl/3")
 		fs.Var(newStringValue(&f.prefix, defaultPrefix), "prefix", "the `STRING` the lock's Redis key starts with; the key is STRING + NAME")
