@@ -2,7 +2,11 @@ package faulttest_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,5 +112,77 @@ func TestRunFailoverCountsNotReplicated(t *testing.T) {
 	}
 	if n := s.MustCmd(t, "EVAL", "return #redis.call('KEYS', 'ft:{r*}:lease:*')", "0"); n != "0" {
 		t.Fatalf("%s unconfirmed grants left held", n)
+	}
+}
+
+// A failover by hand, until Sentinel lands in redistest: replica r1
+// replicates through a Proxy. The failover cuts that link (Blackhole) for
+// 300ms while grants go on, kills the primary, drops what the link held
+// (ResetAll), promotes r1 (REPLICAOF NO ONE), makes r2 its replica and
+// points the client's dials at r1. Without Replicas, the grants
+// acknowledged while the link was cut are lost and their fencing tokens
+// handed out again; with Replicas = 1 none is: those grants were refused
+// (ErrNotReplicated), not acknowledged.
+func TestRunFailoverManualPromotion(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas int
+	}{{"replicas off", 0}, {"replicas 1", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := redistest.Start(t)
+			r1, r2 := redistest.Start(t), redistest.Start(t)
+			px := faulttest.New(t)
+			via, err := px.Addr(p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1.ReplicaOf(t, p, via)
+			var target atomic.Pointer[string]
+			target.Store(&p.Addr)
+			dial := func(ctx context.Context, _ string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+				return d.DialContext(ctx, "tcp", *target.Load())
+			}
+			failover := func(ctx context.Context) error {
+				px.Blackhole(true)
+				time.Sleep(300 * time.Millisecond)
+				p.Stop()
+				px.ResetAll()
+				if err := r1.Do(ctx, "REPLICAOF", "NO", "ONE").Error(); err != nil {
+					return err
+				}
+				if err := r2.Do(ctx, "REPLICAOF", "127.0.0.1", strconv.Itoa(r1.Port)).Error(); err != nil {
+					return err
+				}
+				target.Store(&r1.Addr)
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			rep, err := faulttest.RunFailover(ctx, faulttest.FailoverRun{
+				Client: func() (rueidis.Client, error) {
+					return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{p.Addr}, DialCtxFn: dial})
+				},
+				Failover:      failover,
+				Lock:          lock.Options{Prefix: "ft:", Replicas: tc.replicas, ReplicaTimeout: 50 * time.Millisecond},
+				FailoverAfter: 500,
+				After:         500,
+			})
+			t.Log(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Acked < 1000 {
+				t.Fatalf("only %d grants acknowledged", rep.Acked)
+			}
+			if tc.replicas == 0 {
+				if rep.Lost == 0 || rep.DuplicateTokens == 0 {
+					t.Fatalf("without replicas the cut link lost nothing: the scenario proves nothing")
+				}
+				return
+			}
+			if rep.Lost != 0 || rep.DuplicateTokens != 0 || rep.NotReplicated == 0 {
+				t.Fatalf("with Replicas = 1: lost %d, %d duplicate tokens, %d refused; errors:\n%s", rep.Lost, rep.DuplicateTokens, rep.NotReplicated, rep.ErrorSummary())
+			}
+		})
 	}
 }

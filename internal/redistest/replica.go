@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -8,28 +9,41 @@ import (
 )
 
 // StartReplicaOf starts a fresh server of the same kind as primary (opts
-// may add arguments) and makes it a replica of primary with REPLICAOF,
-// then waits until primary lists it online (INFO replication:
-// state=online) and it has acknowledged the primary's replication offset,
-// so that WAIT counts it, within StartTimeout (about a second: the
-// replica acknowledges once a second when nobody asks). Its
-// shutdown is registered with t.Cleanup like Start's. Pause on the
-// replica (SIGSTOP) stops its acknowledgements: WAIT on primary then
-// counts it out.
+// may add arguments) and makes it a replica of primary (ReplicaOf), then
+// waits until primary lists it online (INFO replication: state=online)
+// and it has acknowledged the primary's replication offset, so that WAIT
+// counts it, within StartTimeout (about a second: the replica
+// acknowledges once a second when nobody asks). Its shutdown is
+// registered with t.Cleanup like Start's. Pause on the replica (SIGSTOP)
+// stops its acknowledgements: WAIT on primary then counts it out.
 func StartReplicaOf(t testing.TB, primary *Server, opts ...Option) *Server {
 	t.Helper()
 	r := Start(t, append([]Option{WithKind(primary.Kind)}, opts...)...)
+	r.ReplicaOf(t, primary, primary.Addr)
+	return r
+}
+
+// ReplicaOf makes s a replica of primary with REPLICAOF, connecting to
+// via ("host:port": primary.Addr, or a proxy in front of it, so that a
+// test can cut the replication link) and waits as StartReplicaOf does.
+func (s *Server) ReplicaOf(t testing.TB, primary *Server, via string) {
+	t.Helper()
+	r := s
+	host, port, err := net.SplitHostPort(via)
+	if err != nil {
+		t.Fatalf("redistest: ReplicaOf via %q: %v", via, err)
+	}
 	// Start the full sync at once, not after the default 5s delay that
 	// waits for more replicas to share a diskless transfer.
 	primary.MustCmd(t, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
-	r.MustCmd(t, "REPLICAOF", "127.0.0.1", strconv.Itoa(primary.Port))
+	r.MustCmd(t, "REPLICAOF", host, port)
 	// Online is not enough: after a diskless sync the primary streams
 	// nothing to the replica until its first REPLCONF ACK (sent once a
 	// second), and until then WAIT cannot count it. Wait until the
 	// replica acknowledged the primary's offset after a write (a PUBLISH,
 	// which replicates without leaving a key).
 	deadline := time.Now().Add(StartTimeout)
-	port := "port=" + strconv.Itoa(r.Port) + ","
+	announced := "port=" + strconv.Itoa(r.Port) + ","
 	var want int64
 	for {
 		if want == 0 {
@@ -42,10 +56,10 @@ func StartReplicaOf(t testing.TB, primary *Server, opts ...Option) *Server {
 				want, _ = strconv.ParseInt(infoField(pinfo, "master_repl_offset"), 10, 64)
 			}
 			for line := range strings.Lines(pinfo) {
-				if i := strings.Index(line, port); i >= 0 && strings.Contains(line, "state=online") {
+				if i := strings.Index(line, announced); i >= 0 && strings.Contains(line, "state=online") {
 					acked, _ := strconv.ParseInt(field(line[i:], "offset"), 10, 64)
 					if acked >= want && want > 0 {
-						return r
+						return
 					}
 				}
 			}
