@@ -52,8 +52,10 @@
 // EVAL, and inside them GET, SET, DEL, PEXPIRE, PTTL, INCR, TIME, the
 // sorted-set commands for FIFO, PUBLISH), SUBSCRIBE (or client tracking)
 // for waiting, CLIENT INFO and CLIENT KILL for the cleanup of an uncertain
-// attempt on a waiting connection, all on the keys and channels under
-// Options.Prefix; CONFIG GET and INFO for the host's settings check.
+// attempt on a waiting connection, WAIT with Options.Replicas, all on the
+// keys and channels under Options.Prefix; CONFIG GET and INFO for the
+// host's settings check. (A server that refuses WAIT makes every grant
+// fail with primitives.ErrNotReplicated, naming the refusal.)
 //
 // What coordhost does about them: the host (package host and the coordhost
 // daemon) checks maxmemory, maxmemory-policy, persistence and replicas at
