@@ -13,6 +13,7 @@ import (
 	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/replica"
 	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/redis/rueidis"
 )
 
 func TestMain(m *testing.M) { xtest.Main(m) }
@@ -235,5 +236,26 @@ func TestClusterRunsOnTheScriptsNode(t *testing.T) {
 		if got := cl.NodeForKey(t, k).MustCmd(t, "GET", k); got != "v" {
 			t.Fatalf("%s: %q on its node", k, got)
 		}
+	}
+}
+
+// WAIT refused (an ACL without it): the script's write stands, the Ack is
+// not OK, and its error names the refusal.
+func TestWaitRefused(t *testing.T) {
+	p := redistest.Start(t)
+	p.MustCmd(t, "ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait")
+	c := p.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "nowait", "pw" })
+	ctx := xtest.Ctx(t, 10*time.Second)
+	w, err := replica.New("test", 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, ack := w.Run(ctx, c, setScript, []string{"k"}, []string{"v"})
+	if res.Error() != nil || ack.OK() {
+		t.Fatalf("%v, ok %v", res.Error(), ack.OK())
+	}
+	err = ack.Err(`lock "k"`, "acquire", "released")
+	if !errors.Is(err, base.ErrNotReplicated) || !strings.Contains(err.Error(), "WAIT failed: NOPERM") {
+		t.Fatalf("error %v", err)
 	}
 }
