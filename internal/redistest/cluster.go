@@ -27,17 +27,19 @@ type Cluster struct {
 	// Addrs are the masters' addresses, in the order of Servers.
 	Addrs []string
 	// Servers are the masters; Servers[i] owns the i-th contiguous slot
-	// range. After Failover(t, i) or KillMaster(t, i), Servers[i] is the
-	// promoted replica.
+	// range, less the slots migrated away from it and plus those migrated
+	// to it (MigrateSlot; Owner tells). After Failover(t, i) or
+	// KillMaster(t, i), Servers[i] is the promoted replica.
 	Servers []*Server
 	// Replicas[i] are the running replicas of Servers[i] (empty without
 	// WithReplicas). After Failover(t, i) the demoted master is among
 	// them; a node KillMaster killed rejoins them at Revive.
 	Replicas [][]*Server
 
-	ranges [][2]int // slot range [first, last] owned by Servers[i]
-	total  int      // nodes ever started, as cluster_known_nodes counts them
-	down   []downNode
+	slotOwner []int // slotOwner[slot] is the index in Servers of the slot's master
+	total     int   // nodes ever started, as cluster_known_nodes counts them
+	down      []downNode
+	mig       *Migration // the migration StartMigration began, until Finish
 }
 
 // downNode is a master KillMaster killed, and the slot range it served.
@@ -89,13 +91,15 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	}
 	cfg.args = append(own, cfg.args...)
 
-	c := &Cluster{Kind: cfg.kind, Replicas: make([][]*Server, masters)}
+	c := &Cluster{Kind: cfg.kind, Replicas: make([][]*Server, masters), slotOwner: make([]int, numSlots)}
 	for i := range masters {
 		s := start(t, cfg)
 		c.Servers = append(c.Servers, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 		first, last := i*numSlots/masters, (i+1)*numSlots/masters-1
-		c.ranges = append(c.ranges, [2]int{first, last})
+		for slot := first; slot <= last; slot++ {
+			c.slotOwner[slot] = i
+		}
 		// Distinct config epochs up front, as redis-cli --cluster create
 		// does, so no epoch-collision handling is needed after the join.
 		s.MustCmd(t, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1))
@@ -157,9 +161,9 @@ func (c *Cluster) Down() []*Server {
 
 // WaitReady waits until every running node reports cluster_state:ok, knows
 // all nodes (killed ones included) and sees the slot map the Cluster
-// describes (Servers[i] owning range i, with Replicas[i]), and every replica
-// reports its link to its master up: after StartCluster, a restart, a
-// Failover or a Revive.
+// describes (Servers[i] owning the slots Owner gives it, with Replicas[i]),
+// and every replica reports its link to its master up: after StartCluster,
+// a restart, a Failover, a Revive or a Finish.
 func (c *Cluster) WaitReady(t testing.TB) {
 	t.Helper()
 	want := c.wantSlots()
@@ -194,20 +198,39 @@ func (c *Cluster) fatal(t testing.TB, problem string) {
 }
 
 func (c *Cluster) wantSlots() string {
-	parts := make([]string, len(c.Servers))
-	for i, s := range c.Servers {
-		parts[i] = fmt.Sprintf("%d-%d@%d", c.ranges[i][0], c.ranges[i][1], s.Port)
+	var parts []string
+	for _, r := range c.runs() {
+		i := r.shard
+		part := fmt.Sprintf("%d-%d@%d", r.first, r.last, c.Servers[i].Port)
 		if len(c.Replicas[i]) > 0 {
 			ports := make([]string, len(c.Replicas[i]))
 			for j, r := range c.Replicas[i] {
 				ports[j] = strconv.Itoa(r.Port)
 			}
 			slices.Sort(ports)
-			parts[i] += "+" + strings.Join(ports, ",")
+			part += "+" + strings.Join(ports, ",")
 		}
+		parts = append(parts, part)
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, " ")
+}
+
+// run is a contiguous range of slots [first, last] of one master, as
+// CLUSTER SLOTS lists them.
+type run struct{ first, last, shard int }
+
+// runs returns the slot map as contiguous runs, in slot order.
+func (c *Cluster) runs() []run {
+	var out []run
+	for slot, i := range c.slotOwner {
+		if n := len(out); n > 0 && out[n-1].shard == i && out[n-1].last == slot-1 {
+			out[n-1].last = slot
+			continue
+		}
+		out = append(out, run{first: slot, last: slot, shard: i})
+	}
+	return out
 }
 
 // check returns "" when every node is ready and agrees, else what is wrong.
@@ -263,6 +286,7 @@ func (c *Cluster) check(want string) string {
 func (c *Cluster) Failover(t testing.TB, i int) FailoverTiming {
 	t.Helper()
 	c.shard(t, "Failover", i)
+	c.migrationBlocks(t, "Failover", i)
 	old, r := c.Servers[i], c.Replicas[i][0]
 	begin := time.Now()
 	r.MustCmd(t, "CLUSTER", "FAILOVER")
@@ -283,6 +307,7 @@ func (c *Cluster) Failover(t testing.TB, i int) FailoverTiming {
 func (c *Cluster) KillMaster(t testing.TB, i int) FailoverTiming {
 	t.Helper()
 	c.shard(t, "KillMaster", i)
+	c.migrationBlocks(t, "KillMaster", i)
 	old := c.Servers[i]
 	old.Stop()
 	begin := time.Now()
@@ -324,11 +349,20 @@ func (c *Cluster) shard(t testing.TB, fn string, i int) {
 }
 
 // waitOwner waits until every running node's slot map names the same node
-// as owner of range i, one that ok accepts and that reports the master
-// role, and returns it.
+// as owner of the first slot range of master i, one that ok accepts and
+// that reports the master role, and returns it.
 func (c *Cluster) waitOwner(t testing.TB, i int, begin time.Time, ok func(*Server) bool) *Server {
 	t.Helper()
-	prefix := fmt.Sprintf("%d-%d@", c.ranges[i][0], c.ranges[i][1])
+	prefix := ""
+	for _, r := range c.runs() {
+		if r.shard == i {
+			prefix = fmt.Sprintf("%d-%d@", r.first, r.last)
+			break
+		}
+	}
+	if prefix == "" {
+		t.Fatalf("redistest: master %d (%s) owns no slot", i, c.Servers[i].Addr)
+	}
 	var problem string
 	for deadline := begin.Add(ClusterTimeout); ; time.Sleep(20 * time.Millisecond) {
 		var owner *Server
@@ -444,8 +478,9 @@ func (c *Cluster) EachNode(t testing.TB, fn func(*Server)) {
 	}
 }
 
-// NodeForKey returns the node that owns key's slot (as assigned by
-// StartCluster), asking the server for the slot with CLUSTER KEYSLOT.
+// NodeForKey returns the master that owns key's slot (Owner), asking the
+// server for the slot with CLUSTER KEYSLOT. During a migration of that
+// slot it is the source, which may no longer hold the key.
 func (c *Cluster) NodeForKey(t testing.TB, key string) *Server {
 	t.Helper()
 	out := c.Servers[0].MustCmd(t, "CLUSTER", "KEYSLOT", key)
@@ -453,11 +488,5 @@ func (c *Cluster) NodeForKey(t testing.TB, key string) *Server {
 	if err != nil {
 		t.Fatalf("redistest: CLUSTER KEYSLOT %q: %q", key, out)
 	}
-	for i, r := range c.ranges {
-		if slot >= r[0] && slot <= r[1] {
-			return c.Servers[i]
-		}
-	}
-	t.Fatalf("redistest: slot %d of %q has no node", slot, key)
-	return nil
+	return c.Servers[c.slotOwner[slot]]
 }

@@ -14,6 +14,10 @@
 // cluster promotes a replica); Revive restarts what was killed as a
 // replica. Each returns once the servers agree on the new shape, and the
 // harness's view (Primary, Replicas, Servers, Replicas[i], Down) follows.
+// A cluster also moves slots between masters as redis-cli --cluster
+// reshard does, in steps that can stop midway (StartMigration, MoveKeys,
+// Finish) or in one go (MigrateSlot); SlotOf and Owner say where a key
+// lives.
 // The sentinels run the kind's own redis-server (or valkey-server) with
 // --sentinel; nothing else is installed.
 //
