@@ -76,6 +76,16 @@ var (
 	// (Done is closed, later renewals return false); Release still deletes
 	// the lease if it is ours. See docs/failover.md.
 	ErrNotReplicated = base.ErrNotReplicated
+
+	// ErrUnavailable means the server refused a command without running
+	// it, and kept refusing for about a second of resending: a cluster
+	// slot migrating with the keys of one call split between two masters
+	// (TRYAGAIN), a cluster without a master for a slot or without a
+	// quorum during a failover (CLUSTERDOWN), or a server loading its data
+	// (LOADING). Nothing was written; trying again later is safe. Waiting
+	// calls (Acquire) retry by themselves, as after any certain error
+	// their retry policy allows.
+	ErrUnavailable = base.ErrUnavailable
 )
 
 // Limits and default of the Replicas and ReplicaTimeout options of the

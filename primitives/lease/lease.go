@@ -88,7 +88,7 @@ var (
 var (
 	acquireScript = script.New("lease_acquire", lua.LeaseAcquire)
 	renewScript   = script.New("lease_renew", lua.LeaseRenew)
-	releaseScript = script.New("lease_release", lua.LeaseRelease)
+	releaseScript = script.New("lease_release", lua.LeaseRelease).WithRefusedWait(script.ReleaseRefusedWait)
 )
 
 // Options configure Leases. The zero value is valid: no prefix,

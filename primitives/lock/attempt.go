@@ -131,7 +131,9 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 		return l.attemptOn(ctx, wait.Conn{CoreClient: l.client}, r)
 	}
 	sent := l.clk.Now()
-	err := l.client.Do(ctx, l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl/time.Millisecond)).Build()).Error()
+	err := script.Do(ctx, l.client, func() rueidis.Completed {
+		return l.client.B().Set().Key(r.key).Value(r.token).Nx().Get().PxMilliseconds(int64(r.ttl / time.Millisecond)).Build()
+	}).Error()
 	switch {
 	case rueidis.IsRedisNil(err):
 		return l.granted(ctx, wait.Conn{}, r, sent, 0)
@@ -143,6 +145,9 @@ func (l *Locker) attemptFirst(ctx context.Context, r *request) (*Lock, time.Dura
 	}
 	if rerr, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(rerr.Error(), "WRONGTYPE") {
 		return nil, 0, fmt.Errorf("lock %q: %w", r.key, primitives.ErrWrongType)
+	}
+	if _, refused := script.IsRefusal(err); refused {
+		return nil, 0, fmt.Errorf("lock %q: %w: %w", r.key, primitives.ErrUnavailable, err)
 	}
 	return nil, 0, fmt.Errorf("lock %q: %w", r.key, err)
 }

@@ -109,8 +109,8 @@ const ReservedPrefix = keys.Reserved
 var (
 	acquireScript = script.New("lock_acquire", lua.LockAcquire)
 	fifoScript    = script.New("lock_acquire_fifo", lua.LockAcquireFIFO)
-	leaveScript   = script.New("lock_leave_fifo", lua.LockLeaveFIFO)
-	releaseScript = script.New("lock_release", lua.LockRelease)
+	leaveScript   = script.New("lock_leave_fifo", lua.LockLeaveFIFO).WithRefusedWait(script.ReleaseRefusedWait)
+	releaseScript = script.New("lock_release", lua.LockRelease).WithRefusedWait(script.ReleaseRefusedWait)
 	renewScript   = script.New("lock_renew", lua.LockRenew)
 )
 

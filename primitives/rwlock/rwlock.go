@@ -118,10 +118,10 @@ const ReservedPrefix = keys.Reserved
 var (
 	readScript    = script.New("rwlock_acquire_read", lua.RWLockAcquireRead)
 	writeScript   = script.New("rwlock_acquire_write", lua.RWLockAcquireWrite)
-	releaseScript = script.New("rwlock_release", lua.RWLockRelease)
+	releaseScript = script.New("rwlock_release", lua.RWLockRelease).WithRefusedWait(script.ReleaseRefusedWait)
 	renewScript   = script.New("rwlock_renew", lua.RWLockRenew)
 	ownerScript   = script.New("rwlock_owner", lua.RWLockOwner)
-	leaveScript   = script.New("rwlock_leave", lua.RWLockLeave)
+	leaveScript   = script.New("rwlock_leave", lua.RWLockLeave).WithRefusedWait(script.ReleaseRefusedWait)
 )
 
 // Options configure a Locker. The zero value is valid: no prefix,

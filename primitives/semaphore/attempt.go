@@ -67,7 +67,7 @@ func (s *Semaphores) attempt(ctx context.Context, c wait.Conn, r *request) (*Per
 			return nil, outcome{wait: -1}, err
 		}
 		var se *script.Error
-		if errors.As(err, &se) && se.Code != script.CodeBadArg && se.Code != script.CodeWrongType {
+		if errors.As(err, &se) && se.Code != script.CodeBadArg && se.Code != script.CodeWrongType && se.Code != script.CodeRefused {
 			// An error reply (an ACL refusing a command part-way, OOM) can
 			// follow a write the server does not roll back: release best
 			// effort before the error propagates.

@@ -116,7 +116,7 @@ var (
 var (
 	acquireScript = script.New("semaphore_acquire", lua.SemaphoreAcquire)
 	renewScript   = script.New("semaphore_renew", lua.SemaphoreRenew)
-	releaseScript = script.New("semaphore_release", lua.SemaphoreRelease)
+	releaseScript = script.New("semaphore_release", lua.SemaphoreRelease).WithRefusedWait(script.ReleaseRefusedWait)
 	verifyScript  = script.New("semaphore_verify", lua.SemaphoreVerify)
 )
 

@@ -27,6 +27,7 @@ var (
 	ErrUnsupported    = errors.New("coordhost: the server lacks a feature this needs")
 	ErrNoPermission   = errors.New("coordhost: the server refused a command this needs (ACL)")
 	ErrNotReplicated  = errors.New("coordhost: not confirmed by enough replicas")
+	ErrUnavailable    = errors.New("coordhost: the server refused the command for now (cluster slot migrating, failover, loading); nothing ran")
 )
 
 // MaxTokenBytes is the longest ownership token CheckToken accepts.

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
+	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/redis/rueidis"
 )
 
@@ -20,6 +22,7 @@ type Script struct {
 	name string
 	src  string
 	sha  string
+	wait time.Duration // refusal bound of Run; 0 means RefusedWait
 }
 
 // New returns a Script named name (used in errors) with source src.
@@ -31,11 +34,88 @@ func New(name, src string) *Script {
 // Name returns the script's name.
 func (s *Script) Name() string { return s.name }
 
+// RefusedWait bounds how long Run keeps resending a script the server
+// refused without running it (TRYAGAIN, CLUSTERDOWN, LOADING: see
+// IsRefusal), unless WithRefusedWait set another bound. A refusal that
+// outlasts it comes back as the reply, which Classify turns into an *Error
+// of CodeRefused (matching base.ErrUnavailable).
+const RefusedWait = time.Second
+
+// ReleaseRefusedWait is the bound of release scripts (WithRefusedWait): a
+// release is owner-checked, so resending it is always safe, and a
+// cluster stays down (CLUSTERDOWN) from the moment it declares a master
+// failed until a replica takes over, about the cluster-node-timeout.
+const ReleaseRefusedWait = 10 * time.Second
+
+// refusedBackoff is the first pause before resending a refused command; it
+// doubles up to refusedBackoffMax.
+const (
+	refusedBackoff    = 5 * time.Millisecond
+	refusedBackoffMax = 100 * time.Millisecond
+)
+
+// WithRefusedWait returns a copy of s whose Run resends refused commands
+// for up to d (still never past ctx).
+func (s *Script) WithRefusedWait(d time.Duration) *Script {
+	c := *s
+	c.wait = d
+	return &c
+}
+
 // Run executes the script on c (a client or a dedicated connection) with
 // keys and args. On NOSCRIPT it sends the full source once. The command is
-// never marked retryable. Error replies the script raises on purpose come
-// back as *Error; transport errors as they are.
+// never marked retryable, so rueidis never resends it after a lost reply;
+// a reply that says the server refused it before running it (TRYAGAIN
+// while its slot migrates with its keys split between two nodes,
+// CLUSTERDOWN, LOADING) is certain to have changed nothing, and Run
+// resends it, with a backoff from 5ms to 100ms, until it runs, ctx ends or
+// RefusedWait (or the bound WithRefusedWait set) has passed. (A cluster
+// client follows MOVED and ASK itself; on a dedicated connection they come
+// back for the caller to re-route.) Error replies the script raises on
+// purpose come back as *Error; transport errors as they are.
 func (s *Script) Run(ctx context.Context, c rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
+	wait := s.wait
+	if wait == 0 {
+		wait = RefusedWait
+	}
+	return resend(ctx, wait, func() rueidis.RedisResult { return s.run(ctx, c, keys, args) })
+}
+
+// Do sends the command build makes on c, resending it as Run does while
+// the server refuses it, for up to RefusedWait. build is called for every
+// send (rueidis recycles a command once it has been answered).
+func Do(ctx context.Context, c rueidis.CoreClient, build func() rueidis.Completed) rueidis.RedisResult {
+	return resend(ctx, RefusedWait, func() rueidis.RedisResult { return c.Do(ctx, build()) })
+}
+
+// resend calls send until its reply is not a refusal to wait out, ctx
+// ends, or wait has passed since the first refusal.
+func resend(ctx context.Context, wait time.Duration, send func() rueidis.RedisResult) rueidis.RedisResult {
+	var start time.Time
+	pause := refusedBackoff
+	for {
+		resp := send()
+		if !retryLater(resp.Error()) || ctx.Err() != nil {
+			return resp
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start)+pause > wait {
+			return resp
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp
+		case <-t.C:
+		}
+		pause = min(2*pause, refusedBackoffMax)
+	}
+}
+
+func (s *Script) run(ctx context.Context, c rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
 	resp := c.Do(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(resp.Error()); ok && rerr.IsNoScript() {
 		resp = c.Do(ctx, c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
@@ -55,6 +135,77 @@ func (s *Script) RunThen(ctx context.Context, c rueidis.CoreClient, keys, args [
 		rs = c.DoMulti(ctx, c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), then())
 	}
 	return rs[0], rs[1]
+}
+
+// noSlot is the Word of a Refusal for rueidis.ErrNoSlot.
+const noSlot = "NOSLOT"
+
+// Refusal is what IsRefusal found in an error reply.
+type Refusal struct {
+	// Word is the reply's first word: MOVED, ASK, TRYAGAIN, CLUSTERDOWN or
+	// LOADING; or NOSLOT when the client sent nothing because its slot map
+	// had no node for the slot (rueidis.ErrNoSlot), as it can for a moment
+	// during a failover.
+	Word string
+	// Addr is where MOVED and ASK send the command ("host:port").
+	Addr string
+}
+
+// Redirect reports whether the command belongs on another node (MOVED or
+// ASK, with Addr); the other refusals ask to try the same node later.
+func (r Refusal) Redirect() bool { return r.Word == "MOVED" || r.Word == "ASK" }
+
+// IsRefusal reports whether err is an error reply (raw, or an *Error from
+// Classify) with which the server refused a command before running any of
+// it: a cluster redirection (MOVED, ASK), a slot whose keys are split
+// between two nodes by a migration (TRYAGAIN), a cluster without a quorum
+// or a slot without a master (CLUSTERDOWN), or a server still loading its
+// data (LOADING); or that the cluster client sent nothing, having no node
+// for the slot (rueidis.ErrNoSlot). Redis answers these before a script starts; a script
+// that hits a cluster problem midway fails with a message that starts
+// otherwise ("Script attempted to access a non local key ..."), which is
+// not a refusal: its earlier writes stay.
+func IsRefusal(err error) (Refusal, bool) {
+	if err == nil {
+		return Refusal{}, false
+	}
+	if errors.Is(err, rueidis.ErrNoSlot) {
+		return Refusal{Word: noSlot}, true
+	}
+	var msg string
+	var se *Error
+	if errors.As(err, &se) {
+		if se.Code != CodeRefused {
+			return Refusal{}, false
+		}
+		msg = se.Msg
+		if msg == rueidis.ErrNoSlot.Error() {
+			return Refusal{Word: noSlot}, true
+		}
+	} else if rerr, ok := rueidis.IsRedisErr(err); ok && rerr != nil && !rueidis.IsRedisNil(err) {
+		msg = rerr.Error()
+	} else {
+		return Refusal{}, false
+	}
+	word, rest, _ := strings.Cut(msg, " ")
+	switch word {
+	case "MOVED", "ASK":
+		// "MOVED <slot> <host:port>"
+		f := strings.Fields(rest)
+		if len(f) != 2 {
+			return Refusal{}, false
+		}
+		return Refusal{Word: word, Addr: f[1]}, true
+	case "TRYAGAIN", "CLUSTERDOWN", "LOADING":
+		return Refusal{Word: word}, true
+	}
+	return Refusal{}, false
+}
+
+// retryLater reports whether err is a refusal to resend to the same node.
+func retryLater(err error) bool {
+	r, ok := IsRefusal(err)
+	return ok && !r.Redirect()
 }
 
 // Code classifies an error reply raised by a script or by Redis inside it.
@@ -80,6 +231,11 @@ const (
 	// before writing anything (the callers validate first, so this means
 	// a caller's bug).
 	CodeBadArg
+	// CodeRefused is a reply with which the server refused to run the
+	// script at all (IsRefusal): nothing was written, and sending it
+	// again later (or, for MOVED and ASK, to the node named) is safe.
+	// The *Error matches base.ErrUnavailable.
+	CodeRefused
 )
 
 // Error is a Redis error reply from a script, classified.
@@ -93,15 +249,29 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("script %s: %s", e.Script, e.Msg)
 }
 
+// Unwrap returns base.ErrUnavailable for CodeRefused, else nil.
+func (e *Error) Unwrap() error {
+	if e.Code == CodeRefused {
+		return base.ErrUnavailable
+	}
+	return nil
+}
+
 // Classify turns an error reply from Run into *Error and leaves other errors
 // (transport, context) untouched. It returns nil for nil.
 func (s *Script) Classify(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, rueidis.ErrNoSlot) {
+		return &Error{Script: s.name, Code: CodeRefused, Msg: err.Error()}
+	}
 	rerr, ok := rueidis.IsRedisErr(err)
 	if !ok || rerr == nil || rueidis.IsRedisNil(err) {
 		return err
+	}
+	if _, refused := IsRefusal(rerr); refused {
+		return &Error{Script: s.name, Code: CodeRefused, Msg: rerr.Error()}
 	}
 	msg := Clean(rerr.Error())
 	for _, c := range []struct {
@@ -135,13 +305,14 @@ func Clean(msg string) string {
 
 // IsUncertain reports whether err leaves the outcome of a command unknown:
 // a transport error, timeout or cancellation after the command may have been
-// written. A Redis error reply is certain: the server answered.
+// written. A Redis error reply is certain: the server answered; so is
+// rueidis.ErrNoSlot: nothing was sent.
 func IsUncertain(err error) bool {
 	if err == nil {
 		return false
 	}
 	var se *Error
-	if errors.As(err, &se) {
+	if errors.As(err, &se) || errors.Is(err, rueidis.ErrNoSlot) {
 		return false
 	}
 	_, ok := rueidis.IsRedisErr(err)

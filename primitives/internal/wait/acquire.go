@@ -69,8 +69,9 @@ func Acquire[T any](ctx context.Context, e *Engine, req Request, alwaysFirst boo
 }
 
 // worthRetrying reports whether an acquire error is worth another attempt
-// while ctx lives: an unknown outcome or a late grant. Errors the server
-// answered are final.
+// while ctx lives: an unknown outcome, a late grant, or a command the
+// server refused to run for now. Other errors the server answered are
+// final.
 func worthRetrying(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
@@ -82,7 +83,9 @@ func worthRetrying(ctx context.Context, err error) bool {
 		// add a second grant no handle holds; stop and say why.
 		return false
 	}
-	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late)
+	// A refusal (base.ErrUnavailable: a slot migrating, a failover) ran
+	// nothing: try again.
+	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late) || errors.Is(err, base.ErrUnavailable)
 }
 
 // Policy returns p validated, or the default retry policy when p is nil:
