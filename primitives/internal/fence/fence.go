@@ -63,6 +63,7 @@ type Conn struct {
 	rueidis.DedicatedClient
 	Identity
 	cancel func()
+	asking bool // ASK redirection: ASKING before every command
 }
 
 // Pool hands out fenced connections. Safe for concurrent use.
@@ -83,6 +84,19 @@ func NewPool(client rueidis.Client) *Pool {
 // Get returns a connection able to serve key (cluster clients bind a
 // dedicated connection to the node of its first keyed command).
 func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
+	return p.get(ctx, key, script.Refusal{})
+}
+
+// maxRedirects bounds the MOVED and ASK redirections one Get or one
+// Attempt follows.
+const maxRedirects = 5
+
+// get is Get after a refusal: for a MOVED or ASK (to), a connection to the
+// node named, which with ASK sends ASKING before every command. A cluster
+// client's dedicated connection follows neither redirection by itself: it
+// stays bound to the node its client's slot map named when it was made,
+// which a migration or a failover makes stale.
+func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, error) {
 	if !p.cluster {
 		p.mu.Lock()
 		if n := len(p.idle); n > 0 {
@@ -93,10 +107,58 @@ func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
 		}
 		p.mu.Unlock()
 	}
-	dc, cancel := p.client.Dedicate()
+	var start time.Time
+	pause := 5 * time.Millisecond
+	for redirects := 0; ; {
+		c, err := p.dial(ctx, key, to)
+		r, refused := script.IsRefusal(err)
+		switch {
+		case !refused || ctx.Err() != nil:
+			return c, err
+		case r.Redirect():
+			if redirects++; redirects > maxRedirects {
+				return nil, err
+			}
+			to = r
+			continue
+		}
+		// CLUSTERDOWN or LOADING: wait as script.Run does.
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start)+pause > script.RefusedWait {
+			return nil, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}
+
+// dial makes one connection: in a cluster, to key's node as the client's
+// slot map says, or to the node to names.
+func (p *Pool) dial(ctx context.Context, key string, to script.Refusal) (*Conn, error) {
+	var dc rueidis.DedicatedClient
+	var cancel func()
+	asking := false
+	if to.Redirect() {
+		n, ok := p.client.Nodes()[to.Addr]
+		if !ok {
+			return nil, fmt.Errorf("fence: redirected (%s) to %s, a node the client does not know", to.Word, to.Addr)
+		}
+		dc, cancel = n.Dedicate()
+		asking = to.Word == "ASK"
+	} else {
+		dc, cancel = p.client.Dedicate()
+	}
 	var info string
 	var err error
-	if p.cluster {
+	if p.cluster && !to.Redirect() {
 		// EXISTS binds the connection to key's node; CLIENT INFO then
 		// names the connection on that node.
 		res := dc.DoMulti(ctx, dc.B().Exists().Key(key).Build(), dc.B().ClientInfo().Build())
@@ -120,7 +182,33 @@ func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
 		cancel()
 		return nil, err
 	}
-	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel}, nil
+	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel, asking: asking}, nil
+}
+
+// Do sends cmd, after ASKING on a connection an ASK redirection made.
+func (c *Conn) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if !c.asking {
+		return c.DedicatedClient.Do(ctx, cmd)
+	}
+	return c.DedicatedClient.DoMulti(ctx, c.B().Asking().Build(), cmd)[1]
+}
+
+// DoMulti sends cmds, each after ASKING on a connection an ASK
+// redirection made.
+func (c *Conn) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	if !c.asking {
+		return c.DedicatedClient.DoMulti(ctx, cmds...)
+	}
+	all := make([]rueidis.Completed, 0, 2*len(cmds))
+	for _, cmd := range cmds {
+		all = append(all, c.B().Asking().Build(), cmd)
+	}
+	res := c.DedicatedClient.DoMulti(ctx, all...)
+	out := make([]rueidis.RedisResult, len(cmds))
+	for i := range cmds {
+		out[i] = res[2*i+1]
+	}
+	return out
 }
 
 // Put returns a healthy connection for reuse (standalone) or gives its wire
@@ -239,34 +327,50 @@ func isNoSuchClient(err error) bool {
 func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Identity, name, key string,
 	send func(context.Context, rueidis.CoreClient) (R, error), settle func(context.Context) error) (R, error) {
 	var zero R
-	var fc *Conn
-	if who.ID == 0 {
-		var err error
-		if fc, err = p.Get(ctx, key); err != nil {
-			switch {
-			case errors.Is(err, ErrNoPermission):
-				return zero, fmt.Errorf("%s: %w", name, err)
-			case ctx.Err() != nil:
-				return zero, fmt.Errorf("%s: %w", name, ctx.Err())
+	var to script.Refusal
+	for redirects := 0; ; redirects++ {
+		var fc *Conn
+		if who.ID == 0 {
+			var err error
+			if fc, err = p.get(ctx, key, to); err != nil {
+				switch {
+				case errors.Is(err, ErrNoPermission):
+					return zero, fmt.Errorf("%s: %w", name, err)
+				case ctx.Err() != nil:
+					return zero, fmt.Errorf("%s: %w", name, ctx.Err())
+				}
+				if _, refused := script.IsRefusal(err); refused {
+					// Certain: nothing was sent.
+					return zero, fmt.Errorf("%s: %w: %w", name, base.ErrUnavailable, err)
+				}
+				return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "no connection, nothing sent", Err: err}
 			}
-			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "no connection, nothing sent", Err: err}
+			on = fc
 		}
-		on, who = fc, fc.Identity
-	}
-	r, err := send(ctx, on)
-	if err != nil && script.IsUncertain(err) {
+		r, err := send(ctx, on)
+		if err != nil && script.IsUncertain(err) {
+			w := who
+			if fc != nil {
+				w = fc.Identity
+				fc.Discard()
+			}
+			if serr := p.Settle(ctx, w, settle); serr != nil {
+				return zero, &base.Uncertain{Name: name, Op: "acquire", Err: err, Unsettled: serr}
+			}
+			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "fenced and released", Err: err}
+		}
 		if fc != nil {
-			fc.Discard()
+			p.Put(fc)
 		}
-		if serr := p.Settle(ctx, who, settle); serr != nil {
-			return zero, &base.Uncertain{Name: name, Op: "acquire", Err: err, Unsettled: serr}
+		if ref, refused := script.IsRefusal(err); refused && ref.Redirect() && fc != nil && redirects < maxRedirects {
+			// The pooled connection's node no longer serves key (a
+			// migration or a failover): nothing ran; go where the server
+			// says.
+			to = ref
+			continue
 		}
-		return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "fenced and released", Err: err}
+		return r, err
 	}
-	if fc != nil {
-		p.Put(fc)
-	}
-	return r, err
 }
 
 // SettleTimeout bounds Settle.
