@@ -44,12 +44,27 @@ if cur then
   else
     done = cur.done
   end
-  redis.call('DEL', key)
 end
+-- Replace the old generation in place (HSET, then HDEL of every other
+-- field) rather than DEL then HSET: on a cluster node whose slot is
+-- MIGRATING, a command on a key the node no longer has (one this script
+-- just deleted) fails the script after the writes before it ("non local
+-- key"), which would leave the latch deleted.
 if done then
   redis.call('HSET', key, 'gen', gen, 'count', count, 'done', done)
 else
   redis.call('HSET', key, 'gen', gen, 'count', count)
+end
+if cur then
+  local stale = {}
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if f ~= 'gen' and f ~= 'count' and (f ~= 'done' or not done) then
+      stale[#stale + 1] = f
+    end
+  end
+  if #stale > 0 then
+    redis.call('HDEL', key, unpack(stale))
+  end
 end
 set_expiry(key, ttl)
 if cur then

@@ -62,17 +62,44 @@ if counter then
   end
 end
 
--- Drop waiters that stopped refreshing their entries.
-local gone = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now)
-for i = 1, #gone do
-  redis.call('ZREM', queue, gone[i])
-  redis.call('ZREM', deadlines, gone[i])
+-- Waiters that stopped refreshing their entries are gone: they do not
+-- count, and leave both sets at the end. Every key is touched last by the
+-- command that may empty (delete) it: on a cluster node whose slot is
+-- MIGRATING, a command on a key the node no longer has fails the script
+-- after the writes before it ("non local key").
+local gone, is_gone, own_stale = {}, {}, false
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', deadlines, '-inf', now)) do
+  is_gone[m] = true
+  if m == waiter then
+    -- Our own entry went stale: we queue again at the tail (below), by
+    -- moving the entry rather than removing it.
+    own_stale = true
+  else
+    gone[#gone + 1] = m
+  end
+end
+local function first_waiter()
+  for _, m in ipairs(redis.call('ZRANGE', queue, 0, #gone + 1)) do
+    if not is_gone[m] then
+      return m
+    end
+  end
+  return nil
+end
+local function drop(key, extra)
+  local members = {unpack(gone)}
+  if extra then
+    members[#members + 1] = extra
+  end
+  if #members > 0 then
+    redis.call('ZREM', key, unpack(members))
+  end
 end
 
-local first = redis.call('ZRANGE', queue, 0, 0)[1]
+local first = first_waiter()
 if (not first or first == waiter) and redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', deadlines, waiter)
+  drop(queue, waiter)
+  drop(deadlines, waiter)
   if counter then
     redis.call('INCR', counter)
     return {1, redis.call('GET', counter)}
@@ -81,9 +108,17 @@ if (not first or first == waiter) and redis.call('SET', lock, token, 'NX', 'PX',
 end
 
 if waiter_ms == 0 then
-  return {0, redis.call('PTTL', lock)}
+  local pttl = redis.call('PTTL', lock)
+  drop(queue)
+  drop(deadlines)
+  return {0, pttl}
 end
-redis.call('ZADD', queue, 'NX', (now - 1704067200000) * 1024 + seq, waiter)
+local arrival = (now - 1704067200000) * 1024 + seq
+if own_stale then
+  redis.call('ZADD', queue, arrival, waiter)
+else
+  redis.call('ZADD', queue, 'NX', arrival, waiter)
+end
 redis.call('ZADD', deadlines, now + waiter_ms, waiter)
 -- Keep the queue as long as its longest-lived entry (other processes may use
 -- a longer waiter lease).
@@ -94,12 +129,16 @@ for _, k in ipairs({queue, deadlines}) do
 end
 
 local pttl = redis.call('PTTL', lock)
+local wait = pttl
 if pttl == -2 then
-  first = redis.call('ZRANGE', queue, 0, 0)[1]
+  first = first_waiter()
   local until_gone = redis.call('ZSCORE', deadlines, first)
+  wait = 0
   if until_gone then
-    return {0, math.max(tonumber(until_gone) - now, 0)}
+    wait = math.max(tonumber(until_gone) - now, 0)
   end
-  return {0, 0}
 end
-return {0, pttl}
+-- Our own entry stays, so neither set empties here.
+drop(queue)
+drop(deadlines)
+return {0, wait}

@@ -43,14 +43,19 @@ local log = grant_log(3, 3)
 check_types(holders, writers)
 local now = now_ms()
 
-prune_holders(holders, now)
-local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+local first = {}
+if live_holders(holders, now) > 0 then
+  prune_holders(holders, now)
+  first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+end
 if first[1] and string.sub(first[1], 1, 2) == 'w:' then
   return {0, tonumber(first[2]) - now, 1}
 end
 
 local blocked_until = nil
-for _, w in ipairs(live_writers(writers, now)) do
+local live, dead = live_writers(writers, now)
+drop_writers(writers, dead)
+for _, w in ipairs(live) do
   if w.bound ~= UNBOUNDED and now >= w.arrival + w.bound then
     if not blocked_until or w.deadline > blocked_until then
       blocked_until = w.deadline
@@ -63,6 +68,7 @@ end
 
 local member = 'r:' .. token
 redis.call('ZADD', holders, now + ms, member)
+prune_holders(holders, now)
 expire_at_latest(holders)
 if log then
   redis.call('RPUSH', log, member)

@@ -60,17 +60,17 @@ local log = grant_log(6, 3)
 check_types(holders, writers)
 local now = now_ms()
 
-prune_holders(holders, now)
-local live = live_writers(writers, now)
-local n = redis.call('ZCARD', holders)
+local n = live_holders(holders, now)
+local live, dead = live_writers(writers, now)
 if n == 0 then
   local member = 'w:' .. token
   redis.call('ZADD', holders, now + ms, member)
+  prune_holders(holders, now)
   redis.call('PEXPIREAT', holders, fmt(now + ms))
   local others = {}
   for _, w in ipairs(live) do
     if w.id == wid then
-      redis.call('HDEL', writers, wid)
+      dead[#dead + 1] = wid
     else
       w.arrival = now
       save_writer(writers, w)
@@ -78,12 +78,14 @@ if n == 0 then
     end
   end
   expire_writers(writers, others)
+  drop_writers(writers, dead)
   if log then
     redis.call('RPUSH', log, member)
   end
   return {1, now}
 end
 
+prune_holders(holders, now)
 local first = redis.call('ZRANGE', holders, 0, 0)
 local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
 local reason, readers = 2, n
@@ -119,4 +121,13 @@ end
 if oldest >= 0 then
   oldest = now - oldest
 end
+if entry_ms > 0 then
+  -- Our own entry, if it was dead, was written anew above: keep it.
+  for i = #dead, 1, -1 do
+    if dead[i] == wid then
+      table.remove(dead, i)
+    end
+  end
+end
+drop_writers(writers, dead)
 return {0, tonumber(last[2]) - now, reason, readers, #live, oldest}

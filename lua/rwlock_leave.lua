@@ -30,10 +30,15 @@ redis.call('HDEL', writers, wid)
 local held = 0
 local score = redis.call('ZSCORE', holders, member)
 if score then
+  -- Never touch holders after removing its last member (see
+  -- rwlock_release: "non local key" on a MIGRATING cluster slot).
+  local last = redis.call('ZCARD', holders) == 1
   redis.call('ZREM', holders, member)
   if tonumber(score) > now then
     held = 1
-    expire_at_latest(holders)
+    if not last then
+      expire_at_latest(holders)
+    end
   end
 end
 redis.pcall('PUBLISH', ARGV[3], '')

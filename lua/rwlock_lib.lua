@@ -36,7 +36,16 @@ local function check_types(holders, writers)
   end
 end
 
--- prune_holders deletes the members whose deadline has passed.
+-- live_holders counts the members whose deadline has not passed.
+local function live_holders(holders, now)
+  return redis.call('ZCOUNT', holders, '(' .. fmt(now), '+inf')
+end
+
+-- prune_holders deletes the members whose deadline has passed. Call it
+-- only while a live member remains (live_holders > 0, or one was just
+-- added), so that it never empties (deletes) the set: on a cluster node
+-- whose slot is MIGRATING, a command on a key the node no longer has fails
+-- the script after the writes before it ("non local key").
 local function prune_holders(holders, now)
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
 end
@@ -50,19 +59,30 @@ local function expire_at_latest(holders)
 end
 
 -- live_writers returns the live entries of the waiting-writers hash as
--- {id, arrival, bound, deadline} tables, deleting dead or malformed ones.
+-- {id, arrival, bound, deadline} tables, and the ids of the dead or
+-- malformed ones, which the caller deletes (drop_writers) after its last
+-- other command on the hash: deleting them may empty (delete) it (see
+-- prune_holders).
 local function live_writers(writers, now)
   local flat = redis.call('HGETALL', writers)
-  local live = {}
+  local live, dead = {}, {}
   for i = 1, #flat, 2 do
     local a, b, d = string.match(flat[i + 1], '^(%d+) (%-?%d+) (%d+)$')
     if a and tonumber(d) > now then
       live[#live + 1] = {id = flat[i], arrival = tonumber(a), bound = tonumber(b), deadline = tonumber(d)}
     else
-      redis.call('HDEL', writers, flat[i])
+      dead[#dead + 1] = flat[i]
     end
   end
-  return live
+  return live, dead
+end
+
+-- drop_writers deletes the entries ids (none: nothing) of the
+-- waiting-writers hash in one command: the script's last on it.
+local function drop_writers(writers, ids)
+  if #ids > 0 then
+    redis.call('HDEL', writers, unpack(ids))
+  end
 end
 
 -- save_writer writes one waiting-writer entry.

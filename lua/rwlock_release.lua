@@ -23,6 +23,18 @@ local score = redis.call('ZSCORE', holders, member)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if score then
+  -- The last member goes with its key, and then the script touches the
+  -- key no more: on a cluster node whose slot is MIGRATING, a command on
+  -- a key the node no longer has fails the script after the writes before
+  -- it ("non local key").
+  if redis.call('ZCARD', holders) == 1 then
+    redis.call('DEL', holders)
+    if tonumber(score) > now then
+      redis.pcall('PUBLISH', ARGV[2], '')
+      return 1
+    end
+    return 0
+  end
   redis.call('ZREM', holders, member)
   if tonumber(score) > now then
     local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')

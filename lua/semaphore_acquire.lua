@@ -52,7 +52,11 @@ if live >= cap then
   end
   return {0, wait, live}
 end
-redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
+-- Add before pruning, so pruning never empties (deletes) the set that
+-- the script touches next: on a cluster node whose slot is MIGRATING, a
+-- command on a key the node no longer has fails the script after the
+-- writes before it ("non local key"). The new permit is live, so pruning
+-- keeps it.
 local deadline = 'inf'
 if forever then
   redis.call('ZADD', zset, '+inf', token)
@@ -60,6 +64,7 @@ else
   deadline = tostring(now + ms)
   redis.call('ZADD', zset, now + ms, token)
 end
+redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
 redis.call('SET', capkey, ARGV[2])
 sem_expire(zset, capkey)
 if KEYS[3] then

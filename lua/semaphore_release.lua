@@ -30,9 +30,22 @@ if not score then
   return 0
 end
 local expired = score ~= 'inf' and tonumber(score) <= now
-redis.call('ZREM', zset, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
-sem_expire(zset, capkey)
+-- Never touch the set after a command may have emptied (deleted) it: on a
+-- cluster node whose slot is MIGRATING, any command on a key the node no
+-- longer has fails the script ("non local key") after the writes before
+-- it. So count first, then delete both keys or remove and re-expire.
+local stale = redis.call('ZCOUNT', zset, '-inf', now)
+local left = redis.call('ZCARD', zset) - stale
+if not expired then
+  left = left - 1
+end
+if left == 0 then
+  redis.call('DEL', zset, capkey)
+else
+  redis.call('ZREM', zset, ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', zset, '-inf', now)
+  sem_expire(zset, capkey)
+end
 if expired then
   return 0
 end
