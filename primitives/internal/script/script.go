@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -137,15 +138,28 @@ func (s *Script) RunThen(ctx context.Context, c rueidis.CoreClient, keys, args [
 	return rs[0], rs[1]
 }
 
-// noSlot is the Word of a Refusal for rueidis.ErrNoSlot.
-const noSlot = "NOSLOT"
+// noSlot is the Word of a Refusal for a command never sent (notSent).
+const noSlot = "NOTSENT"
+
+// notSent reports whether err says the client never sent the command: it
+// had no node for the slot (rueidis.ErrNoSlot), or could not connect to
+// the node (a dial error: a cluster client's slot map still names a
+// master that died, until it refreshes).
+func notSent(err error) bool {
+	if errors.Is(err, rueidis.ErrNoSlot) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 // Refusal is what IsRefusal found in an error reply.
 type Refusal struct {
 	// Word is the reply's first word: MOVED, ASK, TRYAGAIN, CLUSTERDOWN or
-	// LOADING; or NOSLOT when the client sent nothing because its slot map
-	// had no node for the slot (rueidis.ErrNoSlot), as it can for a moment
-	// during a failover.
+	// LOADING; or NOTSENT when the client sent nothing: its slot map had
+	// no node for the slot (rueidis.ErrNoSlot), or it could not connect to
+	// the node (a master that died, until the client's map follows the
+	// failover).
 	Word string
 	// Addr is where MOVED and ASK send the command ("host:port").
 	Addr string
@@ -160,8 +174,8 @@ func (r Refusal) Redirect() bool { return r.Word == "MOVED" || r.Word == "ASK" }
 // it: a cluster redirection (MOVED, ASK), a slot whose keys are split
 // between two nodes by a migration (TRYAGAIN), a cluster without a quorum
 // or a slot without a master (CLUSTERDOWN), or a server still loading its
-// data (LOADING); or that the cluster client sent nothing, having no node
-// for the slot (rueidis.ErrNoSlot). Redis answers these before a script starts; a script
+// data (LOADING); or that the client sent nothing, having no node for the
+// slot (rueidis.ErrNoSlot) or no connection to it (a dial error). Redis answers these before a script starts; a script
 // that hits a cluster problem midway fails with a message that starts
 // otherwise ("Script attempted to access a non local key ..."), which is
 // not a refusal: its earlier writes stay.
@@ -169,7 +183,7 @@ func IsRefusal(err error) (Refusal, bool) {
 	if err == nil {
 		return Refusal{}, false
 	}
-	if errors.Is(err, rueidis.ErrNoSlot) {
+	if notSent(err) {
 		return Refusal{Word: noSlot}, true
 	}
 	var msg string
@@ -179,7 +193,7 @@ func IsRefusal(err error) (Refusal, bool) {
 			return Refusal{}, false
 		}
 		msg = se.Msg
-		if msg == rueidis.ErrNoSlot.Error() {
+		if se.notSent {
 			return Refusal{Word: noSlot}, true
 		}
 	} else if rerr, ok := rueidis.IsRedisErr(err); ok && rerr != nil && !rueidis.IsRedisNil(err) {
@@ -243,6 +257,8 @@ type Error struct {
 	Script string
 	Code   Code
 	Msg    string // the reply text without its code word for coordhost codes
+	// notSent (CodeRefused) marks a command the client never sent.
+	notSent bool
 }
 
 func (e *Error) Error() string {
@@ -263,8 +279,8 @@ func (s *Script) Classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, rueidis.ErrNoSlot) {
-		return &Error{Script: s.name, Code: CodeRefused, Msg: err.Error()}
+	if notSent(err) {
+		return &Error{Script: s.name, Code: CodeRefused, Msg: err.Error(), notSent: true}
 	}
 	rerr, ok := rueidis.IsRedisErr(err)
 	if !ok || rerr == nil || rueidis.IsRedisNil(err) {
@@ -306,13 +322,13 @@ func Clean(msg string) string {
 // IsUncertain reports whether err leaves the outcome of a command unknown:
 // a transport error, timeout or cancellation after the command may have been
 // written. A Redis error reply is certain: the server answered; so is
-// rueidis.ErrNoSlot: nothing was sent.
+// a command the client never sent (rueidis.ErrNoSlot, a dial error).
 func IsUncertain(err error) bool {
 	if err == nil {
 		return false
 	}
 	var se *Error
-	if errors.As(err, &se) || errors.Is(err, rueidis.ErrNoSlot) {
+	if errors.As(err, &se) || notSent(err) {
 		return false
 	}
 	_, ok := rueidis.IsRedisErr(err)
