@@ -193,3 +193,32 @@ func TestFencedConnectionFollowsRedirects(t *testing.T) {
 	q.Release(ctx)
 	p.Release(ctx)
 }
+
+// TestReleaseAfterMasterKilled: a lock's master is killed and its replica
+// promoted; the holder's client still maps the slot to the dead node, so
+// its release fails to connect ("dial tcp ...: connection refused"). That
+// was taken for a lost reply: Release reported an unknown outcome and
+// closed the handle, leaving the lock held until its TTL. A dial error
+// means nothing was sent: the release is resent until the client's map
+// follows the failover, and releases.
+func TestReleaseAfterMasterKilled(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	ctx := ctxT(t)
+	l, err := lock.New(c.Client(t), lock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const key = "{killed}lock"
+	lk, err := l.TryAcquire(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // replicated
+	c.KillMaster(t, c.Owner(redistest.SlotOf(key)))
+	if r, err := lk.Release(ctx); err != nil || r != primitives.Released {
+		t.Fatalf("Release after the master was killed and replaced: %v, %v", r, err)
+	}
+	c.Revive(t)
+}
