@@ -105,6 +105,7 @@ func rows() []row {
 		{Pkg: "internal/depcheck", Why: "depcheck: standard library only"},
 		{Pkg: "scripts", Why: "scripts: tests of the repository's shell scripts and README (test files only)"},
 		{Pkg: "internal/e2e", Why: "e2e: end-to-end tests of the daemon binary with third-party clients (test files only)"},
+		{Pkg: "internal/reshard", Why: "reshard: tests of every primitive on a cluster whose slots migrate and masters fail over (test files only)"},
 	}
 }
 
