@@ -46,8 +46,9 @@ type Options struct {
 	// DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// SkipServerCheck skips the check of the server's settings at New
-	// (ServerHazards, logged as warnings): for short-lived commands that
-	// would repeat it on every run. The daemon checks.
+	// and after each Reload (ServerHazards, logged as warnings): for
+	// short-lived commands that would repeat it on every run. The daemon
+	// checks.
 	SkipServerCheck bool
 	// WaitHeartbeat is how often a LatchService.Wait stream repeats the
 	// count while it waits, so that proxies and load balancers in front
@@ -68,6 +69,7 @@ type Host struct {
 	keyPfx  string
 
 	reloadMu sync.Mutex
+	hazards  []string        // the server hazards last found (servercheck.go); guarded by reloadMu
 	life     context.Context // ends at Shutdown; bounds drains
 	stop     context.CancelFunc
 	gen      atomic.Pointer[generation]

@@ -17,7 +17,9 @@ var ErrReload = errors.New("host: reload failed, previous configuration kept")
 // aside (policies loaded and self-tested, locks created), swaps it in
 // atomically and drains the old one in the background. Any error keeps
 // the old generation; parse errors come back as hcl.Diagnostics inside
-// the error (see ReloadError).
+// the error (see ReloadError). After a swap it checks the Redis settings
+// again, as New does, and logs the hazards that appeared or went away
+// since the last check (ServerHazards).
 func (h *Host) Reload(ctx context.Context) error {
 	// Shutdown cuts a reload short instead of waiting for it (plugin
 	// starts can take seconds).
@@ -59,6 +61,7 @@ func (h *Host) Reload(ctx context.Context) error {
 		defer h.drains.Done()
 		h.retire(old)
 	}()
+	h.recheckServerHazards(ctx)
 	return nil
 }
 

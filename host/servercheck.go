@@ -19,10 +19,16 @@ const ServerCheckTimeout = 5 * time.Second
 // break what coordhost promises, and returns one sentence per hazard found
 // (none: nil). It writes nothing. The hazards:
 //
-//   - maxmemory set with a maxmemory-policy other than noeviction: Redis may
-//     evict lock keys (they carry TTLs, so volatile-* policies pick them
-//     too) and fencing counters, so a lock can be granted twice and
-//     fencing tokens restart.
+//   - maxmemory set with a maxmemory-policy other than noeviction: when
+//     memory runs out Redis evicts coordhost's keys (TestHazardEviction in
+//     internal/hazards measures which; docs/hazards.md has the table). The
+//     sentence names what the policy can evict: a volatile-* policy takes
+//     keys with a TTL (held locks, so another client is granted a lock its
+//     holder still uses; rwlock and semaphore holder sets, latches, FIFO
+//     queues, rate-limit windows, sessions) and spares fencing counters
+//     and hash-field lease hashes, which have none; an allkeys-* policy
+//     takes any key, fencing counters too, and fencing tokens restart at
+//     1. A policy this code does not know gets the allkeys-* sentence.
 //   - no append-only file (appendonly no): a restart forgets every lock,
 //     lease and fencing counter written since the last snapshot (all of
 //     them without save points), so fencing tokens go back; and
@@ -64,8 +70,8 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 				hazards = append(hazards, h)
 			}
 		}
-		if mm := cfg["maxmemory"]; mm != "" && mm != "0" && cfg["maxmemory-policy"] != "noeviction" {
-			add(fmt.Sprintf("maxmemory-policy is %q with maxmemory %q: Redis may evict lock keys and fencing counters, so a lock can be granted twice and fencing tokens restart; set maxmemory-policy noeviction", cfg["maxmemory-policy"], mm))
+		if h := evictionHazard(cfg["maxmemory-policy"], cfg["maxmemory"]); h != "" {
+			add(h)
 		}
 		switch {
 		case cfg["appendonly"] == "no" && strings.TrimSpace(cfg["save"]) == "":
@@ -87,6 +93,44 @@ func ServerHazards(ctx context.Context, client rueidis.Client) ([]string, error)
 		}
 	}
 	return hazards, infoErr
+}
+
+// evictionOrder says which keys a maxmemory-policy evicts first, by
+// policy; the policies of Redis 7.0 to 8.6 and Valkey 8.1 (the *-lrm
+// pair is Redis 8.6's).
+var evictionOrder = map[string]string{
+	"volatile-lru":    "least recently used first",
+	"volatile-lfu":    "least frequently used first",
+	"volatile-lrm":    "least recently modified first",
+	"volatile-random": "at random",
+	"volatile-ttl":    "nearest their expiry first",
+	"allkeys-lru":     "least recently used first; a lock held long without a renewal, and the fencing counter of a lock not taken lately, go early",
+	"allkeys-lfu":     "least frequently used first",
+	"allkeys-lrm":     "least recently modified first; a lock held long without a renewal, and the fencing counter of a lock not taken lately, go early",
+	"allkeys-random":  "at random",
+}
+
+// evictionHazard is the hazard sentence for maxmemory-policy policy with
+// maxmemory mm, or "" when Redis evicts nothing (noeviction, or no
+// maxmemory). What each policy evicts was measured (TestHazardEviction).
+func evictionHazard(policy, mm string) string {
+	if mm == "" || mm == "0" || policy == "noeviction" {
+		return ""
+	}
+	head := fmt.Sprintf("maxmemory-policy is %q with maxmemory %q: when memory runs out Redis evicts ", policy, mm)
+	const fix = "; set maxmemory-policy noeviction (a full server then refuses new grants with OOM and evicts nothing)"
+	order, known := evictionOrder[policy]
+	if known && strings.HasPrefix(policy, "volatile-") {
+		return head + "keys that have a TTL (" + order + "): held locks (another client is then granted a lock its holder still uses), " +
+			"rwlock holder sets, semaphores whose permits all expire, latches, FIFO queues, rate-limit windows (more permits than the limit) and sessions; " +
+			"fencing counters and hash-field lease hashes have no TTL and stay, so fencing tokens keep increasing" + fix
+	}
+	if !known {
+		order = "by a policy coordhost does not know"
+	}
+	return head + "any key (" + order + "): held locks (another client is then granted a lock its holder still uses), leases, " +
+		"rwlock holder sets, semaphores, latches, rate-limit windows (more permits than the limit), sessions, and fencing counters, " +
+		"after which fencing tokens restart at 1 (a fenced resource then refuses every new holder until the tokens pass the last one it saw)" + fix
 }
 
 // maxSettingLen bounds a setting's value as quoted in a hazard: a reply
@@ -125,8 +169,9 @@ func infoInt(info, name string) int {
 }
 
 // warnServerHazards logs every server setting that can break coordhost's
-// guarantees (see ServerHazards). Dev mode's private server has no
-// persistence by design and is not checked.
+// guarantees (see ServerHazards) and remembers them for
+// recheckServerHazards. Dev mode's private server has no persistence by
+// design and is not checked.
 func (h *Host) warnServerHazards(ctx context.Context) {
 	if h.dev != nil || h.opts.SkipServerCheck {
 		return
@@ -138,4 +183,42 @@ func (h *Host) warnServerHazards(ctx context.Context) {
 	if err != nil {
 		h.log.Warn("could not check the redis settings coordhost relies on (appendonly, appendfsync, maxmemory-policy; see \"What the guarantees rest on\" in the package documentation of primitives/lock)", "err", err)
 	}
+	h.hazards = hazards
+}
+
+// recheckServerHazards checks the settings again after a reload (a
+// handful of CONFIG GET and one INFO per server, bounded by
+// ServerCheckTimeout): an operator who changed maxmemory-policy or
+// appendonly with CONFIG SET and reloaded is told what changed. New
+// hazards are logged as warnings, hazards gone as information; one found
+// before is not repeated. A check that fails is logged and leaves the
+// remembered hazards as they were. The caller holds reloadMu.
+func (h *Host) recheckServerHazards(ctx context.Context) {
+	if h.dev != nil || h.opts.SkipServerCheck {
+		return
+	}
+	hazards, err := ServerHazards(ctx, h.client)
+	if err != nil {
+		h.log.Warn("could not check the redis settings coordhost relies on after the reload", "err", err)
+		// CONFIG answered for some servers, perhaps: warn about what is
+		// new, forget nothing.
+		for _, hz := range hazards {
+			if !slices.Contains(h.hazards, hz) {
+				h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
+				h.hazards = append(h.hazards, hz)
+			}
+		}
+		return
+	}
+	for _, hz := range hazards {
+		if !slices.Contains(h.hazards, hz) {
+			h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
+		}
+	}
+	for _, hz := range h.hazards {
+		if !slices.Contains(hazards, hz) {
+			h.log.Info("redis setting no longer weakens coordhost's guarantees", "was", hz)
+		}
+	}
+	h.hazards = hazards
 }

@@ -1,10 +1,14 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +30,7 @@ func TestServerHazards(t *testing.T) {
 		{"safe", []string{"--appendonly", "yes", "--maxmemory", "100mb", "--maxmemory-policy", "noeviction"}, nil},
 		{"no limit, any policy", []string{"--appendonly", "yes", "--maxmemory-policy", "allkeys-lru"}, nil},
 		{"evicting", []string{"--appendonly", "yes", "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"}, []string{`maxmemory-policy is "volatile-lru"`}},
+		{"evicting and no persistence", []string{"--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"}, []string{`maxmemory-policy is "allkeys-lru"`, "no persistence"}},
 		{"no persistence", nil, []string{"no persistence"}},
 		{"rdb only", []string{"--save", "3600 1"}, []string{"snapshots only"}},
 		{"appendfsync no", []string{"--appendonly", "yes", "--appendfsync", "no"}, []string{"appendfsync no"}},
@@ -101,6 +106,139 @@ func TestServerHazards(t *testing.T) {
 			t.Fatalf("refused CONFIG: %v", err)
 		}
 	})
+}
+
+// The eviction hazard says what each maxmemory-policy can evict of
+// coordhost's keys, as TestHazardEviction (internal/hazards) measured: a
+// volatile-* policy the keys with a TTL (held locks among them) but no
+// fencing counter or lease hash; an allkeys-* policy any key, fencing
+// counters too. Every policy each server kind accepts is covered (Redis
+// 8.6 adds the *-lrm pair).
+func TestServerHazardsPerEvictionPolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	volatile := []string{"keys that have a TTL", "held locks (another client is then granted a lock its holder still uses)",
+		"fencing counters and hash-field lease hashes have no TTL and stay", "set maxmemory-policy noeviction"}
+	allkeys := []string{"any key", "held locks", "fencing counters, after which fencing tokens restart at 1", "set maxmemory-policy noeviction"}
+	order := map[string]string{
+		"lru": "least recently used first", "lfu": "least frequently used first",
+		"lrm": "least recently modified first", "random": "at random", "ttl": "nearest their expiry first",
+	}
+	for _, k := range redistest.Kinds() {
+		s := redistest.Start(t, redistest.WithKind(k), redistest.Args("--appendonly", "yes", "--maxmemory", "100mb"))
+		c := s.Client(t)
+		// The server lists the policies it accepts when it refuses one.
+		_, err := s.Cmd(t, "CONFIG", "SET", "maxmemory-policy", "no-such-policy")
+		if err == nil {
+			t.Fatalf("%s accepted maxmemory-policy no-such-policy", k)
+		}
+		_, list, ok := strings.Cut(err.Error(), "one of the following:")
+		if !ok {
+			t.Fatalf("%s: cannot read the policies from %v", k, err)
+		}
+		policies := strings.Split(strings.TrimSpace(list), ", ")
+		if len(policies) < 8 {
+			t.Fatalf("%s: policies %q", k, policies)
+		}
+		for _, p := range policies {
+			t.Run(k.String()+"/"+p, func(t *testing.T) {
+				s.MustCmd(t, "CONFIG", "SET", "maxmemory-policy", p)
+				got, err := host.ServerHazards(ctx, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p == "noeviction" {
+					if len(got) != 0 {
+						t.Fatalf("noeviction: hazards %q", got)
+					}
+					return
+				}
+				if len(got) != 1 {
+					t.Fatalf("hazards %q, want one", got)
+				}
+				kind, by, _ := strings.Cut(p, "-")
+				want := append([]string{fmt.Sprintf("maxmemory-policy is %q with maxmemory \"104857600\"", p), order[by]}, allkeys...)
+				if kind == "volatile" {
+					want = append(want[:2], volatile...)
+				}
+				for _, w := range want {
+					if !strings.Contains(got[0], w) {
+						t.Errorf("%q does not say %q", got[0], w)
+					}
+				}
+				if kind == "volatile" && strings.Contains(got[0], "restart at 1") {
+					t.Errorf("%q: a volatile policy does not evict fencing counters", got[0])
+				}
+				t.Logf("%s", got[0])
+			})
+		}
+	}
+}
+
+// A reload checks the settings again: a policy set with CONFIG SET
+// since the last check is warned about once, and its going away is
+// logged too.
+func TestReloadRechecksServerHazards(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := redistest.Start(t, redistest.Args("--appendonly", "yes"))
+	path := filepath.Join(t.TempDir(), "c.hcl")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("redis {\n  addresses = [%q]\n}\n", s.Addr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := config.Load(path, config.LoadOptions{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	var logs syncBuffer
+	h, err := host.New(ctx, cfg, host.Options{
+		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+		WasmCacheDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const warn, gone = "redis setting weakens", "no longer weakens"
+	count := func(what string) int { return strings.Count(logs.String(), what) }
+	if n := count(warn); n != 0 {
+		t.Fatalf("%d warnings at start on a safe server:\n%s", n, logs.String())
+	}
+	s.MustCmd(t, "CONFIG", "SET", "maxmemory", "100mb")
+	s.MustCmd(t, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	for range 2 {
+		if err := h.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(warn); n != 1 || !strings.Contains(logs.String(), `maxmemory-policy is \"allkeys-lru\"`) {
+		t.Fatalf("after two reloads on an allkeys-lru server: %d warnings, want 1:\n%s", n, logs.String())
+	}
+	s.MustCmd(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	if err := h.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if count(gone) != 1 || count(warn) != 1 {
+		t.Fatalf("after noeviction and a reload: want one \"no longer\" line:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // host.New logs each hazard as a warning, unless SkipServerCheck.
