@@ -106,6 +106,7 @@ func rows() []row {
 		{Pkg: "scripts", Why: "scripts: tests of the repository's shell scripts and README (test files only)"},
 		{Pkg: "internal/e2e", Why: "e2e: end-to-end tests of the daemon binary with third-party clients (test files only)"},
 		{Pkg: "internal/reshard", Why: "reshard: tests of every primitive on a cluster whose slots migrate and masters fail over (test files only)"},
+		{Pkg: "internal/hazards", Why: "hazards: tests reproducing docs/hazards.md (test files only)"},
 	}
 }
 
