@@ -10,13 +10,19 @@
 -- ARGV[3]  waiter id (the queue member; see lock_acquire_fifo)
 --
 -- Result: 1 if the token held the lock and it was deleted, else 0.
--- Errors (nothing written): COORDHOST_BADARG for an empty token or waiter id.
+-- Errors (nothing written): COORDHOST_BADARG for an empty token or waiter id;
+-- WRONGTYPE when a key holds a value of another type (all three are read
+-- before the first write).
 -- Minimum server: Redis 2.6. Idempotent.
 
 token_arg(1, 'token')
 token_arg(3, 'waiter id')
 distinct_keys()
-redis.call('GET', KEYS[1]) -- WRONGTYPE before any write
+-- WRONGTYPE before any write: a ZREM on the queue followed by a failing
+-- ZREM on the deadlines would leave half a departure.
+redis.call('GET', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('ZCARD', KEYS[3])
 
 redis.call('ZREM', KEYS[2], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[3])

@@ -10,10 +10,15 @@
 -- Result: the session answer of session_lib.lua with its grant ids; nil
 -- when the session is gone.
 -- Errors (nothing written): COORDHOST_NOTOWNER when ARGV[1] is not the
--- session's token; WRONGTYPE when the key is not a hash.
+-- session's token; WRONGTYPE when the key is not a hash; COORDHOST_BADARG
+-- when an argument is missing (checked first: a missing ARGV[2] would
+-- otherwise fail the HSET after the PEXPIRE).
 --
 -- Minimum server: Redis 2.6.
 
+if type(ARGV[1]) ~= 'string' or type(ARGV[2]) ~= 'string' then
+  bad_arg('session_renew takes the token label and the keep-alive id')
+end
 local v = redis.call('HMGET', KEYS[1], 'ttl', 'rod', 'tok')
 if not v[1] then
   return false
