@@ -84,6 +84,8 @@ type config struct {
 	// sentinelConf, when set, is written to the server's directory as
 	// sentinel.conf, and the server runs as a Sentinel on it.
 	sentinelConf string
+	// env is added to the server process's environment (Env).
+	env []string
 }
 
 // WithKind selects the kind of server (the default is Redis70).
@@ -112,6 +114,14 @@ func Version(major int) Option {
 // They come after the package's own arguments, so they override them.
 func Args(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// Env adds "NAME=value" entries to the environment of the server
+// process, after the test binary's own (so they override it), e.g.
+// Env("LD_PRELOAD=/tmp/shim.so") to run the server under a preloaded
+// library. A Restart keeps them.
+func Env(kv ...string) Option {
+	return func(c *config) { c.env = append(c.env, kv...) }
 }
 
 // WithReplicas gives every master of StartCluster n replicas (0 to 5). Start
@@ -149,6 +159,7 @@ type Server struct {
 
 	bin  string
 	args []string
+	env  []string // added to the process environment (Env)
 
 	mu    sync.Mutex
 	proc  *process
@@ -196,7 +207,7 @@ func (s *Server) Has(f Feature) bool { return s.Kind.Has(f) }
 func start(t testing.TB, cfg config) *Server {
 	t.Helper()
 	bin := serverBinary(t, cfg)
-	s := &Server{Kind: cfg.kind, Dir: t.TempDir(), bin: bin}
+	s := &Server{Kind: cfg.kind, Dir: t.TempDir(), bin: bin, env: slices.Clone(cfg.env)}
 	// Registered after TempDir, so it runs before the directory is removed.
 	t.Cleanup(s.close)
 	cluster := slices.Contains(cfg.args, "--cluster-enabled")
@@ -287,6 +298,9 @@ func (s *Server) launch() (string, error) {
 	offset, _ := logf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.Dir
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	// Own process group (a terminal's ^C goes to the test binary only), and

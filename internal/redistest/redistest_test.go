@@ -279,3 +279,17 @@ func TestStartCluster8(t *testing.T) {
 		}
 	}
 }
+
+// Env reaches the server process, and a Restart keeps it: jemalloc reads
+// MALLOC_CONF, and MEMORY MALLOC-STATS shows what it read. (The
+// environment itself cannot be read back: Redis overwrites it with its
+// process title.)
+func TestEnv(t *testing.T) {
+	s := Start(t, Env("MALLOC_CONF=narenas:3"))
+	for range 2 {
+		if stats := s.MustCmd(t, "MEMORY", "MALLOC-STATS"); !strings.Contains(stats, "opt.narenas: 3") {
+			t.Fatalf("MALLOC_CONF did not reach the server:\n%.2000s", stats)
+		}
+		s.Restart(t)
+	}
+}
