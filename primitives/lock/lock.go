@@ -67,6 +67,13 @@
 // so a jump of the server's wall clock moves every lock's expiry with it;
 // keep server clocks slewed, not stepped. A client paused longer than its
 // TTL loses the lock, which Done and the fencing token make visible.
+//
+// docs/hazards.md catalogues these hazards with what each did when
+// reproduced (the tests are in internal/hazards): how many fencing tokens
+// a restart or a promotion issues again, which keys each maxmemory-policy
+// evicts (a volatile-* policy every held lock but no fencing counter, an
+// allkeys-* policy the counters too), what a clock jump does to a held
+// lock and to its handle's estimate.
 package lock
 
 import (
