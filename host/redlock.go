@@ -71,6 +71,17 @@ func (n *nodeClients) get(o rueidis.ClientOption, id string) (rueidis.Client, er
 	return c, err
 }
 
+// clients returns the clients built so far.
+func (n *nodeClients) clients() []rueidis.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]rueidis.Client, 0, len(n.m))
+	for _, c := range n.m {
+		out = append(out, c)
+	}
+	return out
+}
+
 // close closes every client. Idempotent.
 func (n *nodeClients) close() {
 	n.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -133,6 +134,64 @@ func evictionHazard(policy, mm string) string {
 		"after which fencing tokens restart at 1 (a fenced resource then refuses every new holder until the tokens pass the last one it saw)" + fix
 }
 
+// redlockNodeHazards reads the settings of one Redlock node (a client of
+// a single server) that can break a Redlock and returns one sentence per
+// hazard: a maxmemory-policy that can evict the node's lock keys (they
+// all have a TTL, so every policy but noeviction can), and replicas that
+// could be promoted behind its address. Persistence is not one: the
+// restart guard of package redlock keeps a node that may have forgotten
+// grants out of quorums until they have expired.
+func redlockNodeHazards(ctx context.Context, client rueidis.Client) ([]string, error) {
+	var hazards []string
+	for addr, n := range client.Nodes() {
+		cfg, err := configGet(ctx, n, "maxmemory", "maxmemory-policy")
+		if err != nil {
+			return hazards, fmt.Errorf("host: checking the settings of Redlock node %s: %w", addr, err)
+		}
+		if mm, policy := cfg["maxmemory"], cfg["maxmemory-policy"]; mm != "" && mm != "0" && policy != "noeviction" {
+			hazards = append(hazards, fmt.Sprintf("Redlock node %s: maxmemory-policy is %q with maxmemory %q: when memory runs out Redis evicts Redlock's keys (they have a TTL), and a node that evicts a holder's key can give another client a majority; set maxmemory-policy noeviction", addr, policy, mm))
+		}
+		info, err := n.Do(ctx, n.B().Info().Section("replication").Build()).ToString()
+		if err != nil {
+			return hazards, fmt.Errorf("host: checking the replicas of Redlock node %s: INFO replication: %w", addr, err)
+		}
+		if replicas := infoInt(info, "connected_slaves"); replicas > 0 {
+			hazards = append(hazards, fmt.Sprintf("Redlock node %s has %d replica(s): a replica promoted behind its address may lack the latest grants; the restart guard sees only a changed run_id, and a Group that first meets the node after the promotion cannot tell", addr, replicas))
+		}
+	}
+	return hazards, nil
+}
+
+// serverHazards is ServerHazards of the Host's client followed by
+// redlockNodeHazards of every Redlock node client (checked at once, each
+// bounded by ServerCheckTimeout), without repeats.
+func (h *Host) serverHazards(ctx context.Context) ([]string, error) {
+	hazards, err := ServerHazards(ctx, h.client)
+	nodes := h.nodes.clients()
+	found := make([][]string, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, c := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nctx, cancel := context.WithTimeout(ctx, ServerCheckTimeout)
+			defer cancel()
+			found[i], errs[i] = redlockNodeHazards(nctx, c)
+		}()
+	}
+	wg.Wait()
+	for i := range nodes {
+		for _, hz := range found[i] {
+			if !slices.Contains(hazards, hz) {
+				hazards = append(hazards, hz)
+			}
+		}
+		err = errors.Join(err, errs[i])
+	}
+	return hazards, err
+}
+
 // maxSettingLen bounds a setting's value as quoted in a hazard: a reply
 // from the server is not trusted to be short.
 const maxSettingLen = 64
@@ -169,14 +228,15 @@ func infoInt(info, name string) int {
 }
 
 // warnServerHazards logs every server setting that can break coordhost's
-// guarantees (see ServerHazards) and remembers them for
+// guarantees (see ServerHazards; for Redlock nodes, redlockNodeHazards)
+// and remembers them for
 // recheckServerHazards. Dev mode's private server has no persistence by
 // design and is not checked.
 func (h *Host) warnServerHazards(ctx context.Context) {
 	if h.dev != nil || h.opts.SkipServerCheck {
 		return
 	}
-	hazards, err := ServerHazards(ctx, h.client)
+	hazards, err := h.serverHazards(ctx)
 	for _, hz := range hazards {
 		h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
 	}
@@ -197,7 +257,7 @@ func (h *Host) recheckServerHazards(ctx context.Context) {
 	if h.dev != nil || h.opts.SkipServerCheck {
 		return
 	}
-	hazards, err := ServerHazards(ctx, h.client)
+	hazards, err := h.serverHazards(ctx)
 	if err != nil {
 		h.log.Warn("could not check the redis settings coordhost relies on after the reload", "err", err)
 		// CONFIG answered for some servers, perhaps: warn about what is

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // ServerHazards names each setting that breaks coordhost's guarantees, and
@@ -220,6 +222,49 @@ func TestReloadRechecksServerHazards(t *testing.T) {
 	}
 	if count(gone) != 1 || count(warn) != 1 {
 		t.Fatalf("after noeviction and a reload: want one \"no longer\" line:\n%s", logs.String())
+	}
+}
+
+// The Host checks its Redlock nodes too, for what matters to a Redlock:
+// a policy that can evict its keys and replicas behind a node's address,
+// but not persistence (the restart guard covers a node that forgot).
+func TestServerHazardsOfRedlockNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	main := redistest.Start(t, redistest.Args("--appendonly", "yes"))
+	nodes := []*redistest.Server{
+		redistest.Start(t),
+		redistest.Start(t, redistest.Args("--maxmemory", "100mb", "--maxmemory-policy", "volatile-ttl")),
+		redistest.Start(t),
+	}
+	replica := redistest.Start(t)
+	replica.MustCmd(t, "REPLICAOF", "127.0.0.1", strconv.Itoa(nodes[2].Port))
+	xtest.Eventually(t, 10*time.Second, "the replica connected", func() bool {
+		return strings.Contains(nodes[2].MustCmd(t, "INFO", "replication"), "connected_slaves:1")
+	})
+	src := fmt.Sprintf("redis {\n  addresses = [%q]\n}\nredlock \"r\" {\n  addresses = [%q, %q, %q]\n  ttl = \"1s\"\n}\n",
+		main.Addr, nodes[0].Addr, nodes[1].Addr, nodes[2].Addr)
+	cfg, diags := config.Parse([]byte(src), "c.hcl", config.LoadOptions{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	var logs syncBuffer
+	h, err := host.New(ctx, cfg, host.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), WasmCacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	out := logs.String()
+	for _, want := range []string{
+		fmt.Sprintf(`Redlock node %s: maxmemory-policy is \"volatile-ttl\"`, nodes[1].Addr),
+		fmt.Sprintf(`Redlock node %s has 1 replica(s)`, nodes[2].Addr),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no warning %q in:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "redis setting weakens"); n != 2 {
+		t.Errorf("%d warnings, want the two about Redlock nodes (no persistence warning for them):\n%s", n, out)
 	}
 }
 
