@@ -146,8 +146,14 @@ func TestServe(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", s, te.errOut)
 		}
 	}
-	if _, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
-		t.Errorf("still listening on %s after shutdown", m[1])
+	// Not serving any more. (A bare dial could reach another test's server
+	// that took the freed port: ask for /livez instead.)
+	hc := &http.Client{Timeout: time.Second}
+	if resp, err := hc.Get(base + "/livez"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Errorf("still serving on %s after shutdown", m[1])
+		}
 	}
 }
 
