@@ -30,8 +30,10 @@ type FailoverRun struct {
 	Client func() (rueidis.Client, error)
 	// Failover forces the failover (SENTINEL FAILOVER, killing the
 	// primary), or fakes one (FLUSHALL loses every write). It runs once,
-	// in a goroutine of its own, while the grants go on; RunFailover
-	// waits for it to return. An error ends the run with that error.
+	// while the grants go on, in the goroutine that called RunFailover:
+	// it may call a test's t.Fatal, as the methods of
+	// redistest.Sentinel do (the run then stops its grant goroutines on
+	// the way out). An error ends the run with that error.
 	Failover func(ctx context.Context) error
 	// Lock configures the Locker: Prefix, Replicas, ReplicaTimeout.
 	// Fencing is ignored: the harness names its own counters
@@ -69,6 +71,8 @@ type FailoverGrant struct {
 	// Phase places the attempt: 0 acknowledged before Failover was
 	// called, 2 sent after it returned, 1 overlapping it.
 	Phase int
+	// At is when the acknowledgement arrived.
+	At time.Time
 }
 
 // FailoverReport is what RunFailover measured.
@@ -80,8 +84,8 @@ type FailoverReport struct {
 	AckedBefore, AckedDuring, AckedAfter int
 	// NotReplicated counts acquires refused with primitives.ErrNotReplicated
 	// (granted, not confirmed, released); Aborted those cut short by ctx;
-	// Failed counts the other errors, by message (first 100 bytes) in
-	// Errors.
+	// Failed counts the other errors, by message (the lease key replaced
+	// with KEY, first 100 bytes) in Errors.
 	NotReplicated int
 	Aborted       int
 	Failed        int
@@ -97,8 +101,13 @@ type FailoverReport struct {
 	// counter that went back); Duplicates holds up to 10 such pairs.
 	DuplicateTokens int
 	Duplicates      [][2]FailoverGrant
-	// FailoverTook is how long Failover ran.
+	// FailoverAt is when Failover was called, FailoverTook how long it
+	// ran.
+	FailoverAt   time.Time
 	FailoverTook time.Duration
+	// LostFirst and LostLast are the earliest and the latest
+	// acknowledgement (FailoverGrant.At) of a lost grant.
+	LostFirst, LostLast time.Time
 }
 
 // String summarises the report in one line.
@@ -161,11 +170,9 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 		after    atomic.Int64 // grants acknowledged in phase 2
 		acked    atomic.Int64
 		started  = make(chan struct{})
-		foErr    = make(chan error, 1)
 		stop     = make(chan struct{})
 		stopOnce sync.Once
 		start    sync.Once
-		foStart  time.Time
 	)
 	halt := func() { stopOnce.Do(func() { close(stop) }) }
 	runCtx, cancel := context.WithCancel(ctx)
@@ -191,6 +198,7 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 				ph := int(phase.Load())
 				octx, ocancel := context.WithTimeout(runCtx, run.OpTimeout)
 				lk, err := locker.TryAcquireFenced(octx, leaseKey, counter, run.TTL)
+				at := time.Now()
 				ocancel()
 				mu.Lock()
 				rep.Attempts++
@@ -202,14 +210,15 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 					if p := int(phase.Load()); p > ph {
 						ph = 1
 					}
-					grants = append(grants, FailoverGrant{Resource: res, Key: lk.Key(), Token: lk.Token(), Fence: lk.FencingToken(), Phase: ph})
+					grants = append(grants, FailoverGrant{Resource: res, Key: lk.Key(), Token: lk.Token(), Fence: lk.FencingToken(), Phase: ph, At: at})
 				case errors.Is(err, primitives.ErrNotReplicated):
 					rep.NotReplicated++
 				case runCtx.Err() != nil:
 					rep.Aborted++ // ctx ended: the caller's, not the deployment's doing
 				default:
 					rep.Failed++
-					msg := err.Error()
+					// The key would make every message unique.
+					msg := strings.ReplaceAll(err.Error(), leaseKey, "KEY")
 					if len(msg) > 100 {
 						msg = msg[:100]
 					}
@@ -224,19 +233,8 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 				}
 				if a := acked.Add(1); a >= int64(run.FailoverAfter) {
 					start.Do(func() {
-						mu.Lock()
-						foStart = time.Now()
-						mu.Unlock()
 						phase.Store(1)
 						close(started)
-						go func() {
-							err := run.Failover(runCtx)
-							mu.Lock()
-							rep.FailoverTook = time.Since(foStart)
-							mu.Unlock()
-							phase.Store(2)
-							foErr <- err
-						}()
 					})
 				}
 				if ph == 2 && after.Add(1) >= int64(run.After) {
@@ -249,13 +247,16 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 	var runErr error
 	select {
 	case <-started:
-		select {
-		case runErr = <-foErr:
-			if runErr != nil {
-				runErr = fmt.Errorf("faulttest: failover: %w", runErr)
-				halt()
-			}
-		case <-ctx.Done():
+		foStart := time.Now()
+		runErr = run.Failover(runCtx)
+		took := time.Since(foStart)
+		phase.Store(2)
+		mu.Lock()
+		rep.FailoverAt, rep.FailoverTook = foStart, took
+		mu.Unlock()
+		if runErr != nil {
+			runErr = fmt.Errorf("faulttest: failover: %w", runErr)
+		} else if ctx.Err() != nil {
 			runErr = ctx.Err()
 		}
 	case <-ctx.Done():
@@ -348,6 +349,12 @@ func (r *FailoverReport) check(ctx context.Context, client rueidis.Client, grant
 					if err != nil || v != g.Token {
 						r.Lost++
 						r.LostBy[min(max(g.Phase, 0), 2)]++
+						if r.LostFirst.IsZero() || g.At.Before(r.LostFirst) {
+							r.LostFirst = g.At
+						}
+						if g.At.After(r.LostLast) {
+							r.LostLast = g.At
+						}
 						if len(r.Losses) < 10 {
 							r.Losses = append(r.Losses, g)
 						}
