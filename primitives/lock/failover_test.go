@@ -86,8 +86,14 @@ func killPrimary(lagging int) func(t *testing.T, st *redistest.Sentinel) error {
 		}()
 		ft := st.KillPrimary(t)
 		<-resumed
+		promoted := st.Primary()
 		back := st.Revive(t)
-		t.Logf("    kill: promoted after %v, set whole after %v, revived in %v", ft.Promoted.Round(time.Millisecond), ft.Settled.Round(time.Millisecond), back.Round(time.Millisecond))
+		var paused []string
+		for _, r := range reps {
+			paused = append(paused, r.Addr)
+		}
+		t.Logf("    kill: %s promoted after %v (paused: %v), set whole after %v, revived in %v", promoted.Addr, ft.Promoted.Round(time.Millisecond), paused,
+			ft.Settled.Round(time.Millisecond), back.Round(time.Millisecond))
 		return nil
 	}
 }
