@@ -6,8 +6,10 @@
 // under a reader stream, Redlock over three servers against redsync,
 // rate limiters against go-redis/redis_rate, an envoy-style window and a
 // raw script (decisions per second and precision), what consulting a
-// retry policy costs (native, WebAssembly, plugin), and writes a Markdown
-// report. See bench/README.md.
+// retry policy costs (native, WebAssembly, plugin), and the coordhost
+// daemon under load (Envoy RLS latency next to envoyproxy/ratelimit's
+// service, lock cycles over its API, memory per session and stream), and
+// writes a Markdown report. See bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
 // and $COORDHOST_REDIS8_SERVER for section 5):
@@ -23,6 +25,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,16 +78,31 @@ type options struct {
 	rlPrecDur        time.Duration
 	rlPrecClients    int
 	rlPrecGoroutines int
+	// section 11 (daemon.go, daemonsec.go, rls.go, apilock.go, streams.go)
+	dParts          string
+	dReps           int
+	rlsRates        []int
+	rlsWarm, rlsDur time.Duration
+	apiConc         int
+	apiWarm, apiDur time.Duration
+	memN            int
+	memPerConn      int
+	coordhostBin    string
+	dPprof          string
+	splice          bool
+	envoyRLSBin     string
+	envoyRLSVersion string
 }
 
 // has reports whether section s is to run. -sections is a string of
 // one-digit section numbers, optionally in comma-separated groups; "10"
-// is section 10 only as a group of its own ("1235896,10", or "10").
+// and "11" are sections 10 and 11 only as groups of their own
+// ("1235896,10,11", or "11").
 func (o options) has(s string) bool {
 	for _, group := range strings.Split(o.sections, ",") {
 		group = strings.TrimSpace(group)
-		if group == "10" {
-			if s == "10" {
+		if group == "10" || group == "11" {
+			if s == group {
 				return true
 			}
 			continue
@@ -110,7 +128,7 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "1235896,10", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters (a comma-separated group of its own: \"89,10\", \"10\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.StringVar(&o.sections, "sections", "1235896,10,11", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters and 11 the daemon under load (each a comma-separated group of its own: \"89,10\", \"10\", \"11\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
 	flag.IntVar(&o.primReps, "prim-reps", 3, "sections 8 and 9: repetitions of each throughput cell (median reported)")
 	flag.DurationVar(&o.primDur, "prim-dur", time.Second, "sections 8 and 9: duration of each throughput cell")
 	flag.IntVar(&o.wwReaders, "ww-readers", 8, "section 8 writer wait: readers in the stream")
@@ -124,6 +142,21 @@ func main() {
 	flag.DurationVar(&o.rlPrecDur, "rl-prec-dur", 4500*time.Millisecond, "section 10: how long each limiter's precision run hammers its key")
 	flag.IntVar(&o.rlPrecClients, "rl-prec-clients", 3, "section 10: limiter instances (clients) in each precision run")
 	flag.IntVar(&o.rlPrecGoroutines, "rl-prec-goroutines", 4, "section 10: goroutines per client in each precision run")
+	flag.StringVar(&o.dParts, "d-parts", "123", "section 11: parts to run: 1 Envoy RLS latency, 2 lock cycles over the API, 3 sessions and streams")
+	flag.IntVar(&o.dReps, "d-reps", 3, "section 11: repetitions of each RLS and lock cell (median reported)")
+	rates := flag.String("d-rates", "1000,5000,10000", "section 11: comma-separated ShouldRateLimit request rates (per second)")
+	flag.DurationVar(&o.rlsWarm, "d-rls-warm", 500*time.Millisecond, "section 11: open-loop requests sent and not measured before each RLS cell")
+	flag.DurationVar(&o.rlsDur, "d-rls-dur", 3*time.Second, "section 11: measured open-loop requests per RLS cell, in time at its rate")
+	flag.IntVar(&o.apiConc, "d-lock-conc", 64, "section 11: concurrent clients (goroutines) of the lock cells")
+	flag.DurationVar(&o.apiWarm, "d-lock-warm", 250*time.Millisecond, "section 11: warm-up of each lock cell")
+	flag.DurationVar(&o.apiDur, "d-lock-dur", 2*time.Second, "section 11: duration of each lock cell")
+	flag.IntVar(&o.memN, "d-sessions", 10000, "section 11: sessions, KeepAlive streams and Hold streams opened on one daemon")
+	flag.IntVar(&o.memPerConn, "d-streams-per-conn", 200, "section 11: most streams on one client connection (Go's HTTP/2 server allows 250 at once)")
+	flag.StringVar(&o.coordhostBin, "coordhost-bin", "", "section 11: a prebuilt coordhost binary (default: go build ./cmd/coordhost of the main module into a temporary directory)")
+	flag.BoolVar(&o.splice, "splice", false, "with -sections 11 only: replace section 11 (its section, its Targets rows and a header row) in the existing -out report and keep the rest of it, instead of writing a report of section 11 alone")
+	flag.StringVar(&o.dPprof, "d-pprof", "", "section 11: build the daemon with net/http/pprof added by `go build -overlay` (this build only; not with -coordhost-bin) and write CPU profiles of its first-repetition RLS and API lock cells and a heap profile after each step of part 3 into this `DIR`; for investigation, not for the report's figures")
+	flag.StringVar(&o.envoyRLSBin, "envoy-rls-bin", "", "section 11: a prebuilt envoyproxy/ratelimit service_cmd (default: go install "+envoyRLSPkg+"@-envoy-rls-version into a temporary directory)")
+	flag.StringVar(&o.envoyRLSVersion, "envoy-rls-version", envoyRLSVersion, "section 11: the version of "+envoyRLSModule+" to build; \"none\" leaves it out")
 	flag.StringVar(&o.prev, "prev", "", "a previous RESULTS.md whose section 1 this run's is compared with (e.g. `git show HEAD:bench/RESULTS.md > /tmp/prev.md`)")
 	flag.StringVar(&o.prevLabel, "prev-label", "", "how the report names -prev (default: its path and date)")
 	flag.IntVar(&o.policyCalls, "policy-calls", 200_000, "section 6: individually timed calls per native or wasm row, split over -reps (and as many untimed ones for the allocation count)")
@@ -137,6 +170,22 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&o.pluginBin, "plugin-bin", "", "section 6: a prebuilt example plugin (default: go build ./plugins/examples/plugin of the main module into a temporary directory)")
 	flag.Parse()
+	for f := range strings.SplitSeq(*rates, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 1 || r > 1_000_000 {
+			fatalf("-d-rates: %q is not a rate between 1 and 1000000", f)
+		}
+		o.rlsRates = append(o.rlsRates, r)
+	}
+	if o.splice && strings.TrimSpace(o.sections) != "11" {
+		fatalf("-splice works with -sections 11 only")
+	}
+	if o.dPprof != "" && o.coordhostBin != "" {
+		fatalf("-d-pprof builds its own daemon: leave out -coordhost-bin")
+	}
+	if o.dReps < 1 || o.rlsDur <= 0 || o.apiConc < 1 || o.apiDur <= 0 || o.memN < 1 || o.memPerConn < 1 {
+		fatalf("-d-reps, -d-rls-dur, -d-lock-conc, -d-lock-dur, -d-sessions and -d-streams-per-conn must be positive")
+	}
 	o.concs = []int{1, 8, 64}
 	o.waiters = []int{1, 10, 100}
 	o.statsWaiters = 100
@@ -160,7 +209,7 @@ func main() {
 	}
 	// Section 6 needs no Redis.
 	needRedis := false
-	for _, sec := range []string{"1", "2", "3", "5", "7", "8", "9", "10"} {
+	for _, sec := range []string{"1", "2", "3", "5", "7", "8", "9", "10", "11"} {
 		needRedis = needRedis || o.has(sec)
 	}
 	var bin7 string
@@ -183,6 +232,7 @@ func main() {
 	stopAll := func() {
 		serversMu.Lock()
 		defer serversMu.Unlock()
+		stopChildren()
 		for _, s := range servers {
 			s.stop()
 		}
@@ -279,6 +329,10 @@ func main() {
 		srv.mustDo("FLUSHALL")
 		rep.rl = sectionRateLimit(srv, o)
 	}
+	if o.has("11") {
+		srv.mustDo("FLUSHALL")
+		rep.daemon = sectionDaemon(srv, o)
+	}
 	if o.has("6") {
 		// In-process only: stop the Redis server(s) first, so the section
 		// has the CPUs to itself.
@@ -295,6 +349,17 @@ func main() {
 	cleanup = nil
 
 	md := rep.markdown()
+	if o.splice {
+		old, err := os.ReadFile(o.out)
+		if err != nil {
+			fatalf("-splice: %v", err)
+		}
+		row := fmt.Sprintf("| section 11 | from another run, spliced in with `-sections 11 -splice`: %s, %s, in %v; load average %s at the start, %s at the end (the rest of this report is from the run above) |",
+			start.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), rep.elapsed.Round(time.Second), rep.loadStart, rep.loadEnd)
+		if md, err = spliceSection11(string(old), md, row); err != nil {
+			fatalf("-splice: %v", err)
+		}
+	}
 	if err := os.WriteFile(o.out, []byte(md), 0o644); err != nil {
 		fatalf("%v", err)
 	}

@@ -33,11 +33,12 @@ type report struct {
 	setups    map[setupKey]*setupResult // section 7
 	setupRows []setupRow
 
-	rw             primResults // section 8, throughput
-	writerWait     []*wwResult // section 8, writer wait
-	redlock        primResults // section 9
-	redlockServers []*server   // section 9's extra servers
-	rl             *rlResults  // section 10
+	rw             primResults   // section 8, throughput
+	writerWait     []*wwResult   // section 8, writer wait
+	redlock        primResults   // section 9
+	redlockServers []*server     // section 9's extra servers
+	rl             *rlResults    // section 10
+	daemon         *daemonResult // section 11
 
 	loadStart, loadEnd string // /proc/loadavg at the start and the end
 }
@@ -180,6 +181,9 @@ func (r *report) markdown() string {
 	if r.rl != nil {
 		r.sectionRateLimit(w)
 	}
+	if r.daemon != nil {
+		r.sectionDaemon(w)
+	}
 	if r.policy != nil {
 		r.sectionPolicy(w)
 	}
@@ -201,7 +205,7 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
-	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil && r.daemon == nil {
 		return // e.g. section 7 alone: no targets
 	}
 	w("## Targets\n\n")
@@ -276,6 +280,9 @@ func (r *report) targets(w func(string, ...any)) {
 	}
 	if r.rl != nil {
 		r.rlTargetRows(w)
+	}
+	if r.daemon != nil {
+		r.daemonTargets(w)
 	}
 	if r.policy != nil {
 		r.policyTargets(w)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"strings"
+)
+
+// spliceSection11 returns the report old with section 11 taken from md (a
+// report of a run with -sections 11): its "## 11." block, its Targets rows
+// (those starting "| section 11:") and header, the row starting
+// "| section 11 ". Everything else of old is kept as it was, so that a
+// section that takes four minutes can be measured again on a quiet machine
+// without running the other ten.
+func spliceSection11(old, md, headerRow string) (string, error) {
+	newLines := strings.Split(md, "\n")
+	block := sectionBlock(newLines, "## 11. ")
+	if block == nil {
+		return "", errors.New("this run has no section 11")
+	}
+	var rows []string
+	for _, l := range newLines {
+		if strings.HasPrefix(l, "| section 11:") {
+			rows = append(rows, l)
+		}
+	}
+	lines := strings.Split(old, "\n")
+	if !slicesContainsPrefix(lines, "## Targets") {
+		return "", errors.New("the report to splice into has no Targets table")
+	}
+
+	// Header: replace the section-11 row, or add one at the end of the
+	// first table.
+	var out []string
+	inHeader, headerDone := false, false
+	for _, l := range lines {
+		switch {
+		case headerDone:
+		case strings.HasPrefix(l, "| section 11 "):
+			continue
+		case strings.HasPrefix(l, "|"):
+			inHeader = true
+		case inHeader:
+			out = append(out, headerRow)
+			headerDone = true
+		}
+		out = append(out, l)
+	}
+	lines = out
+
+	// Targets: drop the old section-11 rows, add the new ones at the end
+	// of the table.
+	out = nil
+	inTargets, inTable, added := false, false, false
+	for _, l := range lines {
+		if strings.HasPrefix(l, "## Targets") {
+			inTargets = true
+		} else if strings.HasPrefix(l, "## ") {
+			inTargets = false
+		}
+		if strings.HasPrefix(l, "| section 11:") {
+			continue
+		}
+		if inTargets && strings.HasPrefix(l, "|") {
+			inTable = true
+		} else if inTargets && inTable && !added {
+			out = append(out, rows...)
+			added = true
+		}
+		out = append(out, l)
+	}
+	lines = out
+
+	// The section: replace it, or put it where a full run writes it
+	// (after section 10, before section 6, the setups and the
+	// implementations).
+	if start, end := blockRange(lines, "## 11. "); start >= 0 {
+		return strings.Join(append(append(lines[:start:start], block...), lines[end:]...), "\n"), nil
+	}
+	at := len(lines)
+	for _, h := range []string{"## 6. ", "## 7. ", "## Implementations"} {
+		if s, _ := blockRange(lines, h); s >= 0 {
+			at = s
+			break
+		}
+	}
+	return strings.Join(append(append(lines[:at:at], block...), lines[at:]...), "\n"), nil
+}
+
+// blockRange is the lines of the "## " block whose heading starts with
+// prefix: [start, end), start -1 when there is none.
+func blockRange(lines []string, prefix string) (int, int) {
+	for i, l := range lines {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		for j := i + 1; j < len(lines); j++ {
+			if strings.HasPrefix(lines[j], "## ") {
+				return i, j
+			}
+		}
+		return i, len(lines)
+	}
+	return -1, -1
+}
+
+func sectionBlock(lines []string, prefix string) []string {
+	s, e := blockRange(lines, prefix)
+	if s < 0 {
+		return nil
+	}
+	return lines[s:e]
+}
+
+func slicesContainsPrefix(lines []string, prefix string) bool {
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			return true
+		}
+	}
+	return false
+}
