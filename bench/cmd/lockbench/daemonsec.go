@@ -21,6 +21,7 @@ type daemonResult struct {
 
 	rlsServers []string
 	rls        map[rlsKey][]rlsSample
+	rlsCap     map[string][]rlsCapacity
 	repLoads   []string // load average at the start of each RLS repetition
 	lock       map[alKey][]alSample
 	mem        *memResult
@@ -71,7 +72,7 @@ func sectionDaemon(srv *server, o options) *daemonResult {
 			for _, t := range targets {
 				x.rlsServers = append(x.rlsServers, t.name)
 			}
-			x.rls = sectionRLS(srv, o, targets, &x.repLoads)
+			x.rls, x.rlsCap = sectionRLS(srv, o, targets, &x.repLoads)
 			for _, t := range targets {
 				t.conn.Close()
 			}
@@ -212,9 +213,13 @@ func (r *report) daemonTargets(w func(string, ...any)) {
 			if srv != dsCoordhost {
 				what = "the same bar, for comparison"
 			}
-			w("| section 11: %s ShouldRateLimit p99 ≤ 2 ms at %d requests/s, open loop (%s) | median p99 %s (per repetition %s), p50 %s; %d errors | %s |\n",
+			capacity := ""
+			if cs := x.rlsCap[srv]; len(cs) > 0 {
+				capacity = fmt.Sprintf("; its closed-loop capacity on this machine: %s requests/s", num(medF(cs, func(c rlsCapacity) float64 { return c.rate })))
+			}
+			w("| section 11: %s ShouldRateLimit p99 ≤ 2 ms at %d requests/s, open loop (%s) | median p99 %s (per repetition %s), p50 %s; %d errors%s | %s |\n",
 				srv, rlsGoalRate, what, dur(p99), durRange(ss, func(s rlsSample) time.Duration { return s.lat[1] }),
-				dur(medDur(ss, func(s rlsSample) time.Duration { return s.lat[0] })), errs, verdict(errs == 0 && p99 <= rlsGoalP99))
+				dur(medDur(ss, func(s rlsSample) time.Duration { return s.lat[0] })), errs, capacity, verdict(errs == 0 && p99 <= rlsGoalP99))
 		}
 	}
 	if m := x.mem; m != nil {
@@ -278,8 +283,29 @@ func (r *report) daemonRLS(w func(string, ...any)) {
 	if len(x.repLoads) > 0 {
 		w("Load average at the start of each repetition: %s.\n\n", strings.Join(x.repLoads, "; "))
 	}
-	w("| service | rate | p50 | p99 [range] | p99.9 | max | p50 / p99 from send | send lag p50 / p99 | CPU µs per request: service / Redis / generator | daemon: allocated per request, GCs/s | errors / OVER_LIMIT |\n")
-	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	if len(x.rlsCap) > 0 {
+		w("**Capacity** first, in each repetition: the same client keeps %d requests in flight (closed loop, each sent as the previous one of its goroutine is answered) for %v after %v; what the service, Redis and the generator can answer together on this machine. Latency here is queueing at that concurrency, not a service level. Median [min–max] over the repetitions.\n\n", rlsCapConc, o.rlsDur, o.rlsWarm)
+		w("| service | requests/s | p50 / p99 | CPU µs per request: service / Redis / generator | errors |\n|---|---:|---:|---:|---:|\n")
+		for _, srv := range x.rlsServers {
+			cs := x.rlsCap[srv]
+			if len(cs) == 0 {
+				continue
+			}
+			rates := make([]float64, len(cs))
+			var errs int64
+			for i, c := range cs {
+				rates[i] = c.rate
+				errs += c.errs
+			}
+			w("| %s | %s [%s–%s] | %s / %s | %.1f / %.1f / %.1f | %d |\n", srv, num(median(rates)), num(slices.Min(rates)), num(slices.Max(rates)),
+				dur(time.Duration(medF(cs, func(c rlsCapacity) float64 { return float64(c.p50) }))), dur(time.Duration(medF(cs, func(c rlsCapacity) float64 { return float64(c.p99) }))),
+				medF(cs, func(c rlsCapacity) float64 { return c.serverCPU }), medF(cs, func(c rlsCapacity) float64 { return c.redisCPU }),
+				medF(cs, func(c rlsCapacity) float64 { return c.genCPU }), errs)
+		}
+		w("\n**Open loop** at fixed rates. *> 20 ms*: requests answered after %v or not at all, where Envoy (default timeout %v) would have given up and let the request through; a rate above a service's capacity makes its queue grow for the whole cell, so its percentiles then measure the cell's length and the %v deadline, not the service.\n\n", envoyRLSTimeout, envoyRLSTimeout, rlsTimeout)
+	}
+	w("| service | rate | p50 | p99 [range] | p99.9 | max | p50 / p99 from send | send lag p50 / p99 | CPU µs per request: service / Redis / generator | daemon: allocated per request, GCs/s | > 20 ms | errors / OVER_LIMIT |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, rate := range o.rlsRates {
 		for _, srv := range x.rlsServers {
 			ss := x.rls[rlsKey{srv, rate}]
@@ -289,20 +315,22 @@ func (r *report) daemonRLS(w func(string, ...any)) {
 			at := func(i int) func(rlsSample) time.Duration { return func(s rlsSample) time.Duration { return s.lat[i] } }
 			sv := func(i int) func(rlsSample) time.Duration { return func(s rlsSample) time.Duration { return s.svc[i] } }
 			lg := func(i int) func(rlsSample) time.Duration { return func(s rlsSample) time.Duration { return s.lag[i] } }
-			errs, over := 0, 0
+			errs, over, slow, n := 0, 0, 0, 0
 			for _, s := range ss {
 				errs += s.errs
 				over += s.over
+				slow += s.slow
+				n += s.n
 			}
 			ag := "–"
 			if a := medF(ss, func(s rlsSample) float64 { return s.allocPerReq }); a >= 0 {
 				ag = fmt.Sprintf("%s, %.0f", kb(a), medF(ss, func(s rlsSample) float64 { return s.gcPerSec }))
 			}
-			w("| %s | %s/s | %s | %s [%s] | %s | %s | %s / %s | %s / %s | %.1f / %.1f / %.1f | %s | %d / %d |\n",
+			w("| %s | %s/s | %s | %s [%s] | %s | %s | %s / %s | %s / %s | %.1f / %.1f / %.1f | %s | %s | %d / %d |\n",
 				srv, num(float64(rate)), dur(medDur(ss, at(0))), dur(medDur(ss, at(1))), durRange(ss, at(1)), dur(medDur(ss, at(2))), dur(medDur(ss, at(3))),
 				dur(medDur(ss, sv(0))), dur(medDur(ss, sv(1))), dur(medDur(ss, lg(0))), dur(medDur(ss, lg(1))),
 				medF(ss, func(s rlsSample) float64 { return s.serverCPU }), medF(ss, func(s rlsSample) float64 { return s.redisCPU }),
-				medF(ss, func(s rlsSample) float64 { return s.genCPU }), ag, errs, over)
+				medF(ss, func(s rlsSample) float64 { return s.genCPU }), ag, pctOf(slow, n), errs, over)
 		}
 	}
 	w("\n")
@@ -323,13 +351,30 @@ func (r *report) daemonRLS(w func(string, ...any)) {
 	if len(notes) > 0 {
 		w("\n")
 	}
-	if ss := x.rls[rlsKey{dsCoordhost, rlsGoalRate}]; len(ss) > 0 {
-		cpu := medF(ss, func(s rlsSample) float64 { return s.serverCPU })
-		red := medF(ss, func(s rlsSample) float64 { return s.redisCPU })
-		gen := medF(ss, func(s rlsSample) float64 { return s.genCPU })
-		w("At %d requests/s the daemon used %.1f µs of CPU per request, %.2f CPUs; Redis %.2f and the generator %.2f: %.2f of the machine's %d CPUs in all, so the tail is mostly time spent waiting for a CPU.\n\n",
-			rlsGoalRate, cpu, cpu*rlsGoalRate/1e6, red*rlsGoalRate/1e6, gen*rlsGoalRate/1e6, (cpu+red+gen)*rlsGoalRate/1e6, runtimeCPUs())
+	for _, srv := range x.rlsServers {
+		cs := x.rlsCap[srv]
+		if len(cs) == 0 {
+			continue
+		}
+		rates := make([]float64, len(cs))
+		for i, c := range cs {
+			rates[i] = c.rate
+		}
+		cpu := medF(cs, func(c rlsCapacity) float64 { return c.serverCPU })
+		red := medF(cs, func(c rlsCapacity) float64 { return c.redisCPU })
+		gen := medF(cs, func(c rlsCapacity) float64 { return c.genCPU })
+		w("- %s: at its capacity here, %s requests/s, a request cost %.0f µs of CPU in the service, %.0f in Redis and %.0f in the generator; %d requests/s at that cost would take %.1f CPUs (the machine has %d, shared with other work).\n",
+			srv, num(median(rates)), cpu, red, gen, rlsGoalRate, (cpu+red+gen)*rlsGoalRate/1e6, runtimeCPUs())
 	}
+	w("\n")
+}
+
+// pctOf is k/n as a percentage.
+func pctOf(k, n int) string {
+	if n == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(k)/float64(n))
 }
 
 func (r *report) daemonLock(w func(string, ...any)) {

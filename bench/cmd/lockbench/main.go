@@ -144,7 +144,7 @@ func main() {
 	flag.IntVar(&o.rlPrecGoroutines, "rl-prec-goroutines", 4, "section 10: goroutines per client in each precision run")
 	flag.StringVar(&o.dParts, "d-parts", "123", "section 11: parts to run: 1 Envoy RLS latency, 2 lock cycles over the API, 3 sessions and streams")
 	flag.IntVar(&o.dReps, "d-reps", 3, "section 11: repetitions of each RLS and lock cell (median reported)")
-	rates := flag.String("d-rates", "1000,5000,10000", "section 11: comma-separated ShouldRateLimit request rates (per second)")
+	rates := flag.String("d-rates", "1000,2500,5000,10000", "section 11: comma-separated ShouldRateLimit request rates (per second)")
 	flag.DurationVar(&o.rlsWarm, "d-rls-warm", 500*time.Millisecond, "section 11: open-loop requests sent and not measured before each RLS cell")
 	flag.DurationVar(&o.rlsDur, "d-rls-dur", 3*time.Second, "section 11: measured open-loop requests per RLS cell, in time at its rate")
 	flag.IntVar(&o.apiConc, "d-lock-conc", 64, "section 11: concurrent clients (goroutines) of the lock cells")

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,12 +31,20 @@ const (
 	// rlsTimeout bounds one request; a request that runs out counts as an
 	// error with its elapsed time as latency.
 	rlsTimeout = time.Second
+	// envoyRLSTimeout is Envoy's default timeout for a rate-limit call;
+	// past it Envoy lets the request through (fails open) unless told to
+	// deny. The report counts the requests slower than that.
+	envoyRLSTimeout = 20 * time.Millisecond
+	// rlsCapConc is how many requests the closed-loop capacity cells keep
+	// in flight.
+	rlsCapConc = 64
 )
 
 // rlsSample is one open-loop run of one service at one rate.
 type rlsSample struct {
 	n          int // measured requests (scheduled in the measured window)
 	errs, over int
+	slow       int // answered after envoyRLSTimeout, or not at all
 	firstErr   error
 	// lat is from the scheduled send time to the answer; svc from the
 	// actual send; lag from the scheduled to the actual send (the
@@ -181,6 +190,9 @@ func openLoop(srv *server, t *rlsTarget, rate int, warm, dur time.Duration) rlsS
 		if r.over {
 			s.over++
 		}
+		if r.err != nil || r.lat > envoyRLSTimeout {
+			s.slow++
+		}
 	}
 	for i, p := range []float64{50, 99, 99.9, 100} {
 		s.lat[i], s.svc[i], s.lag[i] = pct(lat, p), pct(svc, p), pct(lag, p)
@@ -191,16 +203,89 @@ func openLoop(srv *server, t *rlsTarget, rate int, warm, dur time.Duration) rlsS
 	return s
 }
 
-// sectionRLS runs part 1: for each repetition, each rate, each service
-// (order rotating), one open-loop run.
-func sectionRLS(srv *server, o options, targets []*rlsTarget, loads *[]string) map[rlsKey][]rlsSample {
+// rlsCapacity is one closed-loop run: rlsCapConc requests in flight at all
+// times, each sent as soon as one is answered.
+type rlsCapacity struct {
+	rate                        float64 // answers per second
+	serverCPU, redisCPU, genCPU float64 // µs per request
+	p50, p99                    time.Duration
+	errs                        int64
+	firstErr                    error
+}
+
+// closedLoop measures t's capacity: rlsCapConc goroutines sending
+// requests back to back for warm, then counted for dur.
+func closedLoop(srv *server, t *rlsTarget, warm, dur time.Duration) rlsCapacity {
+	var stop, measuring atomic.Bool
+	var n, errs atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	for g := range rlsCapConc {
+		wg.Go(func() {
+			var mine []time.Duration
+			for i := g; !stop.Load(); i += rlsCapConc {
+				t0 := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), rlsTimeout)
+				_, err := t.client.ShouldRateLimit(ctx, rlsRequest(i))
+				cancel()
+				if !measuring.Load() {
+					continue
+				}
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				n.Add(1)
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lats = append(lats, mine...)
+			mu.Unlock()
+		})
+	}
+	time.Sleep(warm)
+	s0 := takeCPU(srv, t.proc)
+	measuring.Store(true)
+	t0 := time.Now()
+	time.Sleep(dur)
+	measuring.Store(false)
+	el := time.Since(t0)
+	s1 := takeCPU(srv, t.proc)
+	stop.Store(true)
+	wg.Wait()
+	c := rlsCapacity{rate: float64(n.Load()) / el.Seconds(), p50: pct(lats, 50), p99: pct(lats, 99), errs: errs.Load()}
+	if k := float64(n.Load()); k > 0 {
+		c.serverCPU = float64((s1.server - s0.server).Nanoseconds()) / 1e3 / k
+		c.redisCPU = float64((s1.redis - s0.redis).Nanoseconds()) / 1e3 / k
+		c.genCPU = float64((s1.self - s0.self).Nanoseconds()) / 1e3 / k
+	}
+	if p := firstErr.Load(); p != nil {
+		c.firstErr = *p
+	}
+	return c
+}
+
+// sectionRLS runs part 1: for each repetition, each service's closed-loop
+// capacity, then for each rate each service (order rotating) open loop.
+func sectionRLS(srv *server, o options, targets []*rlsTarget, loads *[]string) (map[rlsKey][]rlsSample, map[string][]rlsCapacity) {
 	res := map[rlsKey][]rlsSample{}
+	capRes := map[string][]rlsCapacity{}
 	// Untimed: connections, scripts, counters.
 	for _, t := range targets {
 		openLoop(srv, t, 1000, 0, 300*time.Millisecond)
 	}
 	for r := range o.dReps {
 		*loads = append(*loads, loadAvg())
+		for j := range targets {
+			t := targets[(j+r)%len(targets)]
+			c := closedLoop(srv, t, o.rlsWarm, o.rlsDur)
+			capRes[t.name] = append(capRes[t.name], c)
+			logf("11 rls rep %d/%d capacity %-22s %8.0f requests/s with %d in flight, p50 %v p99 %v cpu/req server %.1fµs redis %.1fµs generator %.1fµs errors %d",
+				r+1, o.dReps, t.name, c.rate, rlsCapConc, c.p50, c.p99, c.serverCPU, c.redisCPU, c.genCPU, c.errs)
+		}
 		for _, rate := range o.rlsRates {
 			for j := range targets {
 				t := targets[(j+r)%len(targets)]
@@ -208,15 +293,15 @@ func sectionRLS(srv *server, o options, targets []*rlsTarget, loads *[]string) m
 				s := openLoop(srv, t, rate, o.rlsWarm, o.rlsDur)
 				prof()
 				res[rlsKey{t.name, rate}] = append(res[rlsKey{t.name, rate}], s)
-				logf("11 rls rep %d/%d %6d/s %-22s p50 %v p99 %v p99.9 %v max %v (from send: p50 %v p99 %v; send lag p50 %v p99 %v) cpu/req server %.1fµs redis %.1fµs generator %.1fµs alloc/req %.0f B, %.1f GC/s, errors %d over %d",
-					r+1, o.dReps, rate, t.name, s.lat[0], s.lat[1], s.lat[2], s.lat[3], s.svc[0], s.svc[1], s.lag[0], s.lag[1], s.serverCPU, s.redisCPU, s.genCPU, s.allocPerReq, s.gcPerSec, s.errs, s.over)
+				logf("11 rls rep %d/%d %6d/s %-22s p50 %v p99 %v p99.9 %v max %v (from send: p50 %v p99 %v; send lag p50 %v p99 %v) cpu/req server %.1fµs redis %.1fµs generator %.1fµs alloc/req %.0f B, %.1f GC/s, over 20ms %d, errors %d over %d",
+					r+1, o.dReps, rate, t.name, s.lat[0], s.lat[1], s.lat[2], s.lat[3], s.svc[0], s.svc[1], s.lag[0], s.lag[1], s.serverCPU, s.redisCPU, s.genCPU, s.allocPerReq, s.gcPerSec, s.slow, s.errs, s.over)
 				if s.firstErr != nil {
 					logf("11 rls %s first error: %v", t.name, s.firstErr)
 				}
 			}
 		}
 	}
-	return res
+	return res, capRes
 }
 
 // profileDuring starts a CPU profile of c (a coordhost built for -d-pprof)
