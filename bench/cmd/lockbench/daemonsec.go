@@ -252,7 +252,7 @@ func (r *report) sectionDaemon(w func(string, ...any)) {
 		w("; here `-coordhost-bin %s`", x.coordhostBin)
 	}
 	w(") runs as a child process, `-listen 127.0.0.1:0`, cleartext HTTP/2 (h2c), against the Redis %s server above (`key_prefix = \"ch:\"`, the client cache on: the defaults); clients are grpc-go (`google.golang.org/grpc`) in this program. ", r.server.version)
-	w("The Go program, the daemon(s) and Redis share the machine's %d CPUs. Load average over the section: %s at its start, %s at its end; it took %v.\n\n", runtimeCPUs(), x.loadStart, x.loadEnd, x.elapsed.Round(time.Second))
+	w("The Go program, the daemon(s) and Redis share the machine's %d CPUs. Load average over the section: %s at its start, %s at its end (readings taken while it runs include its own processes: the generator, the service and Redis keep several threads runnable during a cell); it took %v.\n\n", runtimeCPUs(), x.loadStart, x.loadEnd, x.elapsed.Round(time.Second))
 	if x.rls != nil {
 		r.daemonRLS(w)
 	}
