@@ -337,11 +337,16 @@ func (r *report) daemonRLS(w func(string, ...any)) {
 	var notes []string
 	for _, srv := range x.rlsServers {
 		for _, rate := range o.rlsRates {
+			errs := 0
+			var first error
 			for _, s := range x.rls[rlsKey{srv, rate}] {
-				if s.firstErr != nil {
-					notes = append(notes, fmt.Sprintf("%s at %d/s: %d errors, first: %v", srv, rate, s.errs, s.firstErr))
-					break
+				errs += s.errs
+				if first == nil {
+					first = s.firstErr
 				}
+			}
+			if errs > 0 {
+				notes = append(notes, fmt.Sprintf("%s at %d/s: %d errors over the repetitions, the first: %v", srv, rate, errs, first))
 			}
 		}
 	}
