@@ -463,6 +463,9 @@ func (r *report) daemonMem(w func(string, ...any)) {
 	if m.err != nil {
 		w("**Part 3 stopped early**: %v\n\n", m.err)
 	}
+	if r.opts.dPprof != "" {
+		w("**This run's daemons were built with `-d-pprof`**, which adds `net/http/pprof` (and the heap profiles taken after each step force a GC of their own): use it to see where the memory goes, not for these figures.\n\n")
+	}
 	w("| after | goroutines | live heap | heap in use | goroutine stacks | RSS | the step took |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range m.stages {
 		w("| %s | %.0f | %d MB | %.1f MB | %.1f MB | %.1f MB | %v |\n", s.name, s.goroutines, s.liveMB, s.heapInuse/1e6, s.stackInuse/1e6, s.rss/1e6, s.took.Round(10*time.Millisecond))
