@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -64,7 +65,6 @@ func TestReplicas(t *testing.T) {
 	}
 	for name, try := range map[string]func() (*lease.Lease, error){
 		"TryAcquire": func() (*lease.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Minute) },
-		"Acquire":    func() (*lease.Lease, error) { return ls.Acquire(ctx, "h", "f", time.Minute) },
 	} {
 		start := time.Now()
 		l, err := try()
@@ -77,6 +77,14 @@ func TestReplicas(t *testing.T) {
 		if v := hget(t, p, "h", "f"); v != "" {
 			t.Fatalf("%s: the field is still held on the primary (%q)", name, v)
 		}
+	}
+	// A waiting Acquire does not stop at an unconfirmed grant: it gives
+	// each one back and tries again, until its ctx ends, holding nothing.
+	actx, cancel := context.WithTimeout(ctx, 3*timeout)
+	defer cancel()
+	pm, err := ls.Acquire(actx, "h", "f", time.Minute)
+	if pm != nil || !errors.Is(err, context.DeadlineExceeded) || hget(t, p, "h", "f") != "" {
+		t.Fatalf("a waiting Acquire with the replica paused: %v %v", pm, err)
 	}
 }
 

@@ -94,7 +94,8 @@ func TestReplicasConfirmGrants(t *testing.T) {
 // With the replica paused (SIGSTOP), WAIT answers 0 after the timeout: the
 // acquire fails with ErrNotReplicated and the key is released; a fenced
 // acquire's token is skipped, never handed out again; a waiting Acquire
-// stops with the same error.
+// keeps trying (each attempt given back) and gets the lock once the
+// replica is back.
 func TestReplicasUnconfirmedGrantIsReleased(t *testing.T) {
 	p, r := replicated(t)
 	c := p.Client(t)
@@ -119,7 +120,6 @@ func TestReplicasUnconfirmedGrantIsReleased(t *testing.T) {
 		key  string
 	}{
 		{"TryAcquire", func() (*lock.Lock, error) { return l.TryAcquire(ctx, "k", time.Minute) }, "k"},
-		{"Acquire", func() (*lock.Lock, error) { return l.Acquire(ctx, "k", time.Minute) }, "k"},
 		{"TryAcquireFenced", func() (*lock.Lock, error) {
 			return l.TryAcquireFenced(ctx, "{f}:lease", "{f}:counter", time.Minute)
 		}, "{f}:lease"},
@@ -144,7 +144,29 @@ func TestReplicasUnconfirmedGrantIsReleased(t *testing.T) {
 		t.Fatalf("primary's counter %q after one unconfirmed fenced grant, want 2 (drawn, skipped)", v)
 	}
 
+	waited := make(chan error, 1)
+	go func() {
+		lk, err := l.Acquire(ctx, "w", time.Minute)
+		if err == nil {
+			_, err = lk.Release(ctx)
+		}
+		waited <- err
+	}()
+	time.Sleep(3 * timeout)
+	select {
+	case err := <-waited:
+		t.Fatalf("a waiting Acquire returned while the replica was paused: %v", err)
+	default:
+	}
 	r.Resume()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("the waiting Acquire after the replica resumed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting Acquire did not get the lock after the replica resumed")
+	}
 	next, err := l.TryAcquireFenced(ctx, "{f}:lease", "{f}:counter", time.Minute)
 	if err != nil || next.FencingToken() != 3 {
 		t.Fatalf("after the replica resumed: %v %v, want token 3 (2 was drawn and never handed out)", next, err)

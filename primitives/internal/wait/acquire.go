@@ -69,9 +69,9 @@ func Acquire[T any](ctx context.Context, e *Engine, req Request, alwaysFirst boo
 }
 
 // worthRetrying reports whether an acquire error is worth another attempt
-// while ctx lives: an unknown outcome, a late grant, or a command the
-// server refused to run for now. Other errors the server answered are
-// final.
+// while ctx lives: an unknown outcome, a late grant, a command the server
+// refused to run for now, or a grant given back because too few replicas
+// confirmed it. Other errors the server answered are final.
 func worthRetrying(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
@@ -84,8 +84,10 @@ func worthRetrying(ctx context.Context, err error) bool {
 		return false
 	}
 	// A refusal (base.ErrUnavailable: a slot migrating, a failover) ran
-	// nothing: try again.
-	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late) || errors.Is(err, base.ErrUnavailable)
+	// nothing, and a grant too few replicas confirmed was given back
+	// (base.ErrNotReplicated: a replica down or resyncing): try again.
+	return errors.Is(err, base.ErrUncertain) || errors.As(err, &late) || errors.Is(err, base.ErrUnavailable) ||
+		errors.Is(err, base.ErrNotReplicated)
 }
 
 // Policy returns p validated, or the default retry policy when p is nil:
