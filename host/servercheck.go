@@ -246,6 +246,21 @@ func (h *Host) warnServerHazards(ctx context.Context) {
 	h.hazards = hazards
 }
 
+// hazardKind is a hazard's sentence without its figures and addresses, so
+// that one hazard found again with another count (replicas) or on another
+// address (after a failover) is known as the same.
+func hazardKind(hz string) string {
+	var b strings.Builder
+	for _, f := range strings.Fields(hz) {
+		if strings.ContainsAny(f, "0123456789") {
+			b.WriteString("# ")
+			continue
+		}
+		b.WriteString(f + " ")
+	}
+	return b.String()
+}
+
 // recheckServerHazards checks the settings again after a reload (a
 // handful of CONFIG GET and one INFO per server, bounded by
 // ServerCheckTimeout): an operator who changed maxmemory-policy or
@@ -270,13 +285,27 @@ func (h *Host) recheckServerHazards(ctx context.Context) {
 		}
 		return
 	}
+	kinds := func(hs []string) map[string]bool {
+		m := map[string]bool{}
+		for _, hz := range hs {
+			m[hazardKind(hz)] = true
+		}
+		return m
+	}
+	was, now := kinds(h.hazards), kinds(hazards)
 	for _, hz := range hazards {
-		if !slices.Contains(h.hazards, hz) {
+		switch {
+		case slices.Contains(h.hazards, hz):
+		case was[hazardKind(hz)]:
+			// The same hazard with other figures or on another address
+			// (a replica added, a failover): still there.
+			h.log.Warn("redis setting still weakens coordhost's guarantees, changed", "hazard", hz)
+		default:
 			h.log.Warn("redis setting weakens coordhost's guarantees", "hazard", hz)
 		}
 	}
 	for _, hz := range h.hazards {
-		if !slices.Contains(hazards, hz) {
+		if !now[hazardKind(hz)] {
 			h.log.Info("redis setting no longer weakens coordhost's guarantees", "was", hz)
 		}
 	}

@@ -113,6 +113,13 @@ func urlClientOption(s string, opt rueidis.ClientOption) (rueidis.ClientOption, 
 		return bad("a #fragment is not read; to name a Sentinel master set use master_set=NAME, as in %s", sentinelURLForm)
 	}
 	q := u.Query()
+	for _, a := range q["addr"] {
+		if strings.Contains(a, "@") {
+			// rueidis would take "user:pass@host" for a host name, and
+			// show the password in every address and dial error.
+			return bad("addr= takes host:port only; credentials go before the first host (redis://user:pass@s1:26379?addr=s2:26379&master_set=NAME)")
+		}
+	}
 	for k := range q {
 		if k == "master_set" {
 			continue

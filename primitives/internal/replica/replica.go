@@ -28,6 +28,7 @@ import (
 
 	"github.com/coordhost/coordhost/primitives/internal/base"
 	"github.com/coordhost/coordhost/primitives/internal/script"
+	"github.com/coordhost/coordhost/primitives/internal/wait"
 	"github.com/redis/rueidis"
 )
 
@@ -84,20 +85,55 @@ func (w Wait) Run(ctx context.Context, c rueidis.CoreClient, sc *script.Script, 
 	if !w.On() {
 		return sc.Run(ctx, c, keys, args), Ack{}
 	}
-	var res, wr rueidis.RedisResult
-	run := func(c rueidis.CoreClient) {
-		res, wr = sc.RunThen(ctx, c, keys, args, func() rueidis.Completed {
-			return c.B().Wait().Numreplicas(w.n).Timeout(w.ms).Build()
-		})
+	if wc, ok := c.(wait.Conn); ok && wc.ID == 0 {
+		c = wc.CoreClient // the shared client, not the waiter's own connection
 	}
+	var res, wr rueidis.RedisResult
 	if cl, ok := c.(rueidis.Client); ok && cl.Mode() == rueidis.ClientModeCluster {
-		_ = cl.Dedicated(func(dc rueidis.DedicatedClient) error { run(dc); return nil })
+		res, wr = w.runCluster(ctx, cl, sc, keys, args)
 	} else {
-		run(c)
+		res, wr = sc.RunThen(ctx, c, false, keys, args, w.command(c))
 	}
 	a := Ack{w: w}
 	a.acked, a.err = wr.AsInt64()
 	return res, a
+}
+
+// maxRedirects bounds the MOVED and ASK redirections one Run follows.
+const maxRedirects = 5
+
+// runCluster runs the script and WAIT on one dedicated connection to the
+// node of keys' slot, and again on one to the node a MOVED or ASK names
+// (after ASKING for an ASK): a cluster client would follow a redirection
+// for the script alone and leave WAIT on the node that ran nothing, and
+// a dedicated connection follows none by itself. A redirection means the
+// script did not run, so sending it elsewhere is safe.
+func (w Wait) runCluster(ctx context.Context, cl rueidis.Client, sc *script.Script, keys, args []string) (res, wr rueidis.RedisResult) {
+	var to script.Refusal
+	for redirects := 0; ; redirects++ {
+		node := cl
+		if to.Redirect() {
+			n, ok := cl.Nodes()[to.Addr]
+			if !ok {
+				return res, wr // a node the client does not know: the redirection comes back
+			}
+			node = n
+		}
+		_ = node.Dedicated(func(dc rueidis.DedicatedClient) error {
+			res, wr = sc.RunThen(ctx, dc, to.Word == "ASK", keys, args, w.command(dc))
+			return nil
+		})
+		r, refused := script.IsRefusal(res.Error())
+		if !refused || !r.Redirect() || redirects >= maxRedirects || ctx.Err() != nil {
+			return res, wr
+		}
+		to = r
+	}
+}
+
+// command builds WAIT on c's command builder.
+func (w Wait) command(c rueidis.CoreClient) func() rueidis.Completed {
+	return func() rueidis.Completed { return c.B().Wait().Numreplicas(w.n).Timeout(w.ms).Build() }
 }
 
 // Ack is WAIT's answer to one Run.

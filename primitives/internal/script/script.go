@@ -127,15 +127,30 @@ func (s *Script) run(ctx context.Context, c rueidis.CoreClient, keys, args []str
 // RunThen is Run followed by the command then builds, both in one DoMulti,
 // so that on a client they travel on one connection, in order, and then
 // runs after the script (replica.Wait sends WAIT this way: WAIT covers
-// only the writes of its own connection). then is called once per send:
-// on NOSCRIPT the pair goes again with EVAL, and the first then has run
-// after a script that did nothing. Neither command is marked retryable.
-func (s *Script) RunThen(ctx context.Context, c rueidis.CoreClient, keys, args []string, then func() rueidis.Completed) (rueidis.RedisResult, rueidis.RedisResult) {
-	rs := c.DoMulti(ctx, c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), then())
-	if rerr, ok := rueidis.IsRedisErr(rs[0].Error()); ok && rerr.IsNoScript() {
-		rs = c.DoMulti(ctx, c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(), then())
+// only the writes of its own connection). With asking, ASKING goes first
+// (on a connection an ASK redirection sent to the importing node). then is
+// called once per send: on NOSCRIPT the commands go again with EVAL, and
+// the first then has run after a script that did nothing. None is marked
+// retryable; a refusal (TRYAGAIN, CLUSTERDOWN, LOADING) is resent as Run
+// resends it. MOVED and ASK come back for the caller to re-route: give c
+// as a dedicated connection, since a cluster client would follow them for
+// the script alone and send then to the node it left.
+func (s *Script) RunThen(ctx context.Context, c rueidis.CoreClient, asking bool, keys, args []string, then func() rueidis.Completed) (res, thenRes rueidis.RedisResult) {
+	send := func(script rueidis.Completed) []rueidis.RedisResult {
+		if asking {
+			return c.DoMulti(ctx, c.B().Asking().Build(), script, then())[1:]
+		}
+		return c.DoMulti(ctx, script, then())
 	}
-	return rs[0], rs[1]
+	res = resend(ctx, RefusedWait, func() rueidis.RedisResult {
+		rs := send(c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		if rerr, ok := rueidis.IsRedisErr(rs[0].Error()); ok && rerr.IsNoScript() {
+			rs = send(c.B().Eval().Script(s.src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		}
+		thenRes = rs[1]
+		return rs[0]
+	})
+	return res, thenRes
 }
 
 // noSlot is the Word of a Refusal for a command never sent (notSent).
