@@ -304,6 +304,8 @@ func grantError(ctx context.Context, op, name string, contended connect.Code, er
 		return apiError(contended, coordhostv1.Reason_REASON_CONTENDED, "", name, err)
 	case errors.Is(err, primitives.ErrUnsupported):
 		return apiError(connect.CodeFailedPrecondition, coordhostv1.Reason_REASON_UNSUPPORTED_SERVER, "", name, err)
+	case errors.Is(err, primitives.ErrNotReplicated):
+		return apiError(connect.CodeUnavailable, coordhostv1.Reason_REASON_NOT_REPLICATED, "", name, err)
 	case errors.Is(err, primitives.ErrUncertain) && op != "acquire":
 		// An acquisition settles its own uncertain outcome (it holds
 		// nothing); a renewal or release may or may not have happened.

@@ -195,8 +195,12 @@ func (h *Host) Shutdown(ctx context.Context) error {
 	go func() { h.holds.wg.Wait(); close(holdsDone) }()
 	select {
 	case <-holdsDone:
-	case <-ctx.Done():
-		h.log.Warn("shutdown: Hold streams still sending; closing without their releases")
+	default:
+		select {
+		case <-holdsDone:
+		case <-ctx.Done():
+			h.log.Warn("shutdown: Hold streams still sending; closing without their releases")
+		}
 	}
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()

@@ -107,21 +107,27 @@ const (
 	Reason_REASON_CLIENT_LIMIT Reason = 8
 	// NOT_FOUND: the latch is not there (never created, deleted or expired).
 	Reason_REASON_LATCH_NOT_FOUND Reason = 9
+	// UNAVAILABLE: the block sets replicas = N and fewer replicas confirmed
+	// the grant or renewal in time (a replica down or resyncing): the grant
+	// was given back (a renewal's grant may be lost). Retry; an Acquire that
+	// may wait retries by itself.
+	Reason_REASON_NOT_REPLICATED Reason = 10
 )
 
 // Enum value maps for Reason.
 var (
 	Reason_name = map[int32]string{
-		0: "REASON_UNSPECIFIED",
-		1: "REASON_NAME_NOT_CONFIGURED",
-		2: "REASON_SESSION_NOT_FOUND",
-		3: "REASON_GRANT_LOST",
-		4: "REASON_INVALID_FIELD",
-		5: "REASON_CONTENDED",
-		6: "REASON_OUTCOME_UNKNOWN",
-		7: "REASON_UNSUPPORTED_SERVER",
-		8: "REASON_CLIENT_LIMIT",
-		9: "REASON_LATCH_NOT_FOUND",
+		0:  "REASON_UNSPECIFIED",
+		1:  "REASON_NAME_NOT_CONFIGURED",
+		2:  "REASON_SESSION_NOT_FOUND",
+		3:  "REASON_GRANT_LOST",
+		4:  "REASON_INVALID_FIELD",
+		5:  "REASON_CONTENDED",
+		6:  "REASON_OUTCOME_UNKNOWN",
+		7:  "REASON_UNSUPPORTED_SERVER",
+		8:  "REASON_CLIENT_LIMIT",
+		9:  "REASON_LATCH_NOT_FOUND",
+		10: "REASON_NOT_REPLICATED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":         0,
@@ -134,6 +140,7 @@ var (
 		"REASON_UNSUPPORTED_SERVER":  7,
 		"REASON_CLIENT_LIMIT":        8,
 		"REASON_LATCH_NOT_FOUND":     9,
+		"REASON_NOT_REPLICATED":      10,
 	}
 )
 
@@ -410,7 +417,7 @@ const file_coordhost_v1_grant_proto_rawDesc = "" +
 	"\x1aRELEASE_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RELEASE_RESULT_RELEASED\x10\x01\x12#\n" +
 	"\x1fRELEASE_RESULT_ALREADY_RELEASED\x10\x02\x12\x1c\n" +
-	"\x18RELEASE_RESULT_NOT_OWNED\x10\x03*\x95\x02\n" +
+	"\x18RELEASE_RESULT_NOT_OWNED\x10\x03*\xb0\x02\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aREASON_NAME_NOT_CONFIGURED\x10\x01\x12\x1c\n" +
@@ -421,7 +428,9 @@ const file_coordhost_v1_grant_proto_rawDesc = "" +
 	"\x16REASON_OUTCOME_UNKNOWN\x10\x06\x12\x1d\n" +
 	"\x19REASON_UNSUPPORTED_SERVER\x10\a\x12\x17\n" +
 	"\x13REASON_CLIENT_LIMIT\x10\b\x12\x1a\n" +
-	"\x16REASON_LATCH_NOT_FOUND\x10\tB=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
+	"\x16REASON_LATCH_NOT_FOUND\x10\t\x12\x19\n" +
+	"\x15REASON_NOT_REPLICATED\x10\n" +
+	"B=Z;github.com/coordhost/coordhost/gen/coordhost/v1;coordhostv1b\x06proto3"
 
 var (
 	file_coordhost_v1_grant_proto_rawDescOnce sync.Once
