@@ -9,7 +9,10 @@
 // retry policy costs (native, WebAssembly, plugin), and the coordhost
 // daemon under load (Envoy RLS latency next to envoyproxy/ratelimit's
 // service, lock cycles over its API, memory per session and stream), and
-// writes a Markdown report. See bench/README.md.
+// coordhost's primitives on a 3-master Redis Cluster against the
+// standalone server (commands per operation, redirections, the spread over
+// the masters, throughput), and writes a Markdown report. See
+// bench/README.md.
 //
 // Usage (from bench/, with $COORDHOST_REDIS7_SERVER or redis-server on PATH,
 // and $COORDHOST_REDIS8_SERVER for section 5):
@@ -92,16 +95,22 @@ type options struct {
 	splice          bool
 	envoyRLSBin     string
 	envoyRLSVersion string
+	// section 12 (cluster.go, scaleout.go, scalereport.go)
+	cReps        int
+	cWarm, cDur  time.Duration
+	cKeys, cConc int
+	cLease       bool
+	cRows        string
 }
 
 // has reports whether section s is to run. -sections is a string of
-// one-digit section numbers, optionally in comma-separated groups; "10"
-// and "11" are sections 10 and 11 only as groups of their own
-// ("1235896,10,11", or "11").
+// one-digit section numbers, optionally in comma-separated groups; "10",
+// "11" and "12" are sections 10, 11 and 12 only as groups of their own
+// ("1235896,10,11,12", or "11").
 func (o options) has(s string) bool {
 	for _, group := range strings.Split(o.sections, ",") {
 		group = strings.TrimSpace(group)
-		if group == "10" || group == "11" {
+		if group == "10" || group == "11" || group == "12" {
 			if s == group {
 				return true
 			}
@@ -128,7 +137,14 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "1235896,10,11", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters and 11 the daemon under load (each a comma-separated group of its own: \"89,10\", \"10\", \"11\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.StringVar(&o.sections, "sections", "1235896,10,11,12", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters, 11 the daemon under load and 12 a 3-master cluster against the standalone server (each of 10, 11, 12 a comma-separated group of its own: \"89,10\", \"10\", \"12\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.IntVar(&o.cReps, "c-reps", 3, "section 12: repetitions of each cell (median reported)")
+	flag.DurationVar(&o.cWarm, "c-warm", 250*time.Millisecond, "section 12: warm-up before each cell, and the random part of each row's first, untimed warm-up on each topology (after a sweep over every key)")
+	flag.DurationVar(&o.cDur, "c-dur", time.Second, "section 12: duration of each cell")
+	flag.IntVar(&o.cKeys, "c-keys", 10000, "section 12: keys in each row's key set (uniform: goroutine g picks uniformly among the keys i ≡ g mod -c-conc)")
+	flag.IntVar(&o.cConc, "c-conc", 64, "section 12: goroutines per cell")
+	flag.BoolVar(&o.cLease, "c-lease", true, "section 12: run the hash-field lease row on a Redis 8 pair (standalone + 3-master cluster) of its own; needs $COORDHOST_REDIS8_SERVER, else the report says it was left out")
+	flag.StringVar(&o.cRows, "c-rows", "", "section 12: only these semicolon-separated rows (exact names; a trailing * matches a prefix, e.g. 'lock;raw*')")
 	flag.IntVar(&o.primReps, "prim-reps", 3, "sections 8 and 9: repetitions of each throughput cell (median reported)")
 	flag.DurationVar(&o.primDur, "prim-dur", time.Second, "sections 8 and 9: duration of each throughput cell")
 	flag.IntVar(&o.wwReaders, "ww-readers", 8, "section 8 writer wait: readers in the stream")
@@ -153,7 +169,7 @@ func main() {
 	flag.IntVar(&o.memN, "d-sessions", 10000, "section 11: sessions, KeepAlive streams and Hold streams opened on one daemon")
 	flag.IntVar(&o.memPerConn, "d-streams-per-conn", 200, "section 11: most streams on one client connection (Go's HTTP/2 server allows 250 at once)")
 	flag.StringVar(&o.coordhostBin, "coordhost-bin", "", "section 11: a prebuilt coordhost binary (default: go build ./cmd/coordhost of the main module into a temporary directory)")
-	flag.BoolVar(&o.splice, "splice", false, "with -sections 11 only: replace section 11 (its section, its Targets rows and a header row) in the existing -out report and keep the rest of it, instead of writing a report of section 11 alone")
+	flag.BoolVar(&o.splice, "splice", false, "with -sections 11 or -sections 12 only: replace that section (its section, its Targets rows and a header row) in the existing -out report and keep the rest of it, instead of writing a report of that section alone")
 	flag.StringVar(&o.dPprof, "d-pprof", "", "section 11: build the daemon with net/http/pprof added by `go build -overlay` (this build only; not with -coordhost-bin) and write CPU profiles of its first-repetition RLS and API lock cells and a heap profile after each step of part 3 into this `DIR`; for investigation, not for the report's figures")
 	flag.StringVar(&o.envoyRLSBin, "envoy-rls-bin", "", "section 11: a prebuilt envoyproxy/ratelimit service_cmd (default: go install "+envoyRLSPkg+"@-envoy-rls-version into a temporary directory)")
 	flag.StringVar(&o.envoyRLSVersion, "envoy-rls-version", envoyRLSVersion, "section 11: the version of "+envoyRLSModule+" to build; \"none\" leaves it out")
@@ -177,8 +193,12 @@ func main() {
 		}
 		o.rlsRates = append(o.rlsRates, r)
 	}
-	if o.splice && strings.TrimSpace(o.sections) != "11" {
-		fatalf("-splice works with -sections 11 only")
+	spliced := strings.TrimSpace(o.sections)
+	if o.splice && spliced != "11" && spliced != "12" {
+		fatalf("-splice works with -sections 11 or -sections 12 only")
+	}
+	if o.cReps < 1 || o.cDur <= 0 || o.cWarm < 0 || o.cKeys < 1 || o.cConc < 1 {
+		fatalf("-c-reps, -c-dur, -c-keys and -c-conc must be positive, -c-warm not negative")
 	}
 	if o.dPprof != "" && o.coordhostBin != "" {
 		fatalf("-d-pprof builds its own daemon: leave out -coordhost-bin")
@@ -209,7 +229,7 @@ func main() {
 	}
 	// Section 6 needs no Redis.
 	needRedis := false
-	for _, sec := range []string{"1", "2", "3", "5", "7", "8", "9", "10", "11"} {
+	for _, sec := range []string{"1", "2", "3", "5", "7", "8", "9", "10", "11", "12"} {
 		needRedis = needRedis || o.has(sec)
 	}
 	var bin7 string
@@ -333,6 +353,14 @@ func main() {
 		srv.mustDo("FLUSHALL")
 		rep.daemon = sectionDaemon(srv, o)
 	}
+	if o.has("12") {
+		srv.mustDo("FLUSHALL")
+		rep.scale = sectionScaleOut(srv, bin7, o, func(s *server) {
+			serversMu.Lock()
+			servers = append(servers, s)
+			serversMu.Unlock()
+		})
+	}
 	if o.has("6") {
 		// In-process only: stop the Redis server(s) first, so the section
 		// has the CPUs to itself.
@@ -354,9 +382,9 @@ func main() {
 		if err != nil {
 			fatalf("-splice: %v", err)
 		}
-		row := fmt.Sprintf("| section 11 | from another run, spliced in with `-sections 11 -splice`: %s, %s, in %v; load average %s at the start, %s at the end (the rest of this report is from the run above) |",
-			start.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), rep.elapsed.Round(time.Second), rep.loadStart, rep.loadEnd)
-		if md, err = spliceSection11(string(old), md, row); err != nil {
+		row := fmt.Sprintf("| section %s | from another run, spliced in with `-sections %s -splice`: %s, %s, in %v; load average %s at the start, %s at the end (the rest of this report is from the run above) |",
+			spliced, spliced, start.UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), rep.elapsed.Round(time.Second), rep.loadStart, rep.loadEnd)
+		if md, err = spliceSection(string(old), md, spliced, row); err != nil {
 			fatalf("-splice: %v", err)
 		}
 	}

@@ -39,6 +39,7 @@ type report struct {
 	redlockServers []*server     // section 9's extra servers
 	rl             *rlResults    // section 10
 	daemon         *daemonResult // section 11
+	scale          *c12Results   // section 12
 
 	loadStart, loadEnd string // /proc/loadavg at the start and the end
 }
@@ -184,6 +185,9 @@ func (r *report) markdown() string {
 	if r.daemon != nil {
 		r.sectionDaemon(w)
 	}
+	if r.scale != nil {
+		r.sectionScaleOut(w)
+	}
 	if r.policy != nil {
 		r.sectionPolicy(w)
 	}
@@ -205,7 +209,7 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
-	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil && r.daemon == nil {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil && r.daemon == nil && r.scale == nil {
 		return // e.g. section 7 alone: no targets
 	}
 	w("## Targets\n\n")
@@ -283,6 +287,9 @@ func (r *report) targets(w func(string, ...any)) {
 	}
 	if r.daemon != nil {
 		r.daemonTargets(w)
+	}
+	if r.scale != nil {
+		r.scaleTargets(w)
 	}
 	if r.policy != nil {
 		r.policyTargets(w)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -28,6 +29,7 @@ import (
 type server struct {
 	bin     string
 	addr    string
+	port    int
 	version string
 	dir     string
 	cmd     *exec.Cmd
@@ -60,13 +62,25 @@ func redis8Binary() (string, error) {
 
 // startServer starts bin on a free loopback port.
 func startServer(bin string) (*server, error) {
+	return startServerArgs(bin, false)
+}
+
+// startServerArgs starts bin on a free loopback port, with cluster mode
+// on when cluster is set (section 12): its bus port, port + 10000, is
+// free as well, and the cluster's config file lives in the server's
+// directory.
+func startServerArgs(bin string, cluster bool) (*server, error) {
 	dir, err := os.MkdirTemp("", "lockbench-redis-")
 	if err != nil {
 		return nil, err
 	}
+	var extra []string
+	if cluster {
+		extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}
+	}
 	var lastErr error
 	for range 10 {
-		s, err := launch(bin, dir)
+		s, err := launch(bin, dir, cluster, extra)
 		if err == nil {
 			return s, nil
 		}
@@ -76,13 +90,16 @@ func startServer(bin string) (*server, error) {
 	return nil, fmt.Errorf("start %s: %w", bin, lastErr)
 }
 
-func launch(bin, dir string) (*server, error) {
+func launch(bin, dir string, cluster bool, extra []string) (*server, error) {
 	port, err := freePort()
+	if cluster {
+		port, err = clusterPort()
+	}
 	if err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(dir, "server.log")
-	cmd := exec.Command(bin,
+	cmd := exec.Command(bin, append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -90,13 +107,13 @@ func launch(bin, dir string) (*server, error) {
 		"--daemonize", "no",
 		"--dir", dir,
 		"--logfile", logPath,
-	)
+	}, extra...)...)
 	// Kill the server with us if we die without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, cmd: cmd, done: make(chan struct{})}
+	s := &server{bin: bin, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(s.done)
@@ -113,6 +130,12 @@ func launch(bin, dir string) (*server, error) {
 			InitAddress:  []string{s.addr},
 			DisableCache: true,
 			DisableRetry: true,
+			// A cluster node's admin connection talks to that node
+			// only (rueidis would otherwise make a cluster client).
+			ForceSingleClient: true,
+			// No background PING on an idle admin connection: section
+			// 12 counts every command a node serves.
+			Dialer: net.Dialer{KeepAlive: -1},
 		})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -238,6 +261,56 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// clusterPort is a free loopback port whose cluster bus port (port +
+// 10000) is free too, below the kernel's ephemeral range where it can
+// (so that no outgoing connection takes the bus port meanwhile), else a
+// kernel-chosen one with room above it.
+func clusterPort() (int, error) {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	const bottom = 10000
+	top := lo - 10000
+	for i := range 400 {
+		var p int
+		if i < 200 && top-bottom >= 1000 {
+			p = bottom + rand.IntN(top-bottom)
+		} else {
+			var err error
+			if p, err = freePort(); err != nil {
+				return 0, err
+			}
+		}
+		if p+10000 <= 65535 && portsFree(p, p+10000) {
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port with a free cluster bus port")
+}
+
+// portsFree reports whether every port can be listened on now.
+func portsFree(ports ...int) bool {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for _, p := range ports {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			return false
+		}
+		ls = append(ls, l)
+	}
+	return true
 }
 
 func lastLines(s string, n int) string {

@@ -5,21 +5,24 @@ import (
 	"strings"
 )
 
-// spliceSection11 returns the report old with section 11 taken from md (a
-// report of a run with -sections 11): its "## 11." block, its Targets rows
-// (those starting "| section 11:") and header, the row starting
-// "| section 11 ". Everything else of old is kept as it was, so that a
-// section that takes four minutes can be measured again on a quiet machine
-// without running the other ten.
-func spliceSection11(old, md, headerRow string) (string, error) {
+// spliceSection returns the report old with section sec ("11" or "12")
+// taken from md (a report of a run with -sections sec): its "## <sec>."
+// block, its Targets rows (those starting "| section <sec>:") and header,
+// the row starting "| section <sec> ". Everything else of old is kept as
+// it was, so that a section that takes minutes can be measured again on a
+// quiet machine without running the others.
+func spliceSection(old, md, sec, headerRow string) (string, error) {
 	newLines := strings.Split(md, "\n")
-	block := sectionBlock(newLines, "## 11. ")
+	heading := "## " + sec + ". "
+	targetRow := "| section " + sec + ":"
+	headerPrefix := "| section " + sec + " "
+	block := sectionBlock(newLines, heading)
 	if block == nil {
-		return "", errors.New("this run has no section 11")
+		return "", errors.New("this run has no section " + sec)
 	}
 	var rows []string
 	for _, l := range newLines {
-		if strings.HasPrefix(l, "| section 11:") {
+		if strings.HasPrefix(l, targetRow) {
 			rows = append(rows, l)
 		}
 	}
@@ -28,14 +31,14 @@ func spliceSection11(old, md, headerRow string) (string, error) {
 		return "", errors.New("the report to splice into has no Targets table")
 	}
 
-	// Header: replace the section-11 row, or add one at the end of the
+	// Header: replace the section's row, or add one at the end of the
 	// first table.
 	var out []string
 	inHeader, headerDone := false, false
 	for _, l := range lines {
 		switch {
 		case headerDone:
-		case strings.HasPrefix(l, "| section 11 "):
+		case strings.HasPrefix(l, headerPrefix):
 			continue
 		case strings.HasPrefix(l, "|"):
 			inHeader = true
@@ -47,7 +50,7 @@ func spliceSection11(old, md, headerRow string) (string, error) {
 	}
 	lines = out
 
-	// Targets: drop the old section-11 rows, add the new ones at the end
+	// Targets: drop the section's old rows, add the new ones at the end
 	// of the table.
 	out = nil
 	inTargets, inTable, added := false, false, false
@@ -57,7 +60,7 @@ func spliceSection11(old, md, headerRow string) (string, error) {
 		} else if strings.HasPrefix(l, "## ") {
 			inTargets = false
 		}
-		if strings.HasPrefix(l, "| section 11:") {
+		if strings.HasPrefix(l, targetRow) {
 			continue
 		}
 		if inTargets && strings.HasPrefix(l, "|") {
@@ -71,13 +74,17 @@ func spliceSection11(old, md, headerRow string) (string, error) {
 	lines = out
 
 	// The section: replace it, or put it where a full run writes it
-	// (after section 10, before section 6, the setups and the
+	// (after sections 10, 11 and 12, before section 6, the setups and the
 	// implementations).
-	if start, end := blockRange(lines, "## 11. "); start >= 0 {
+	if start, end := blockRange(lines, heading); start >= 0 {
 		return strings.Join(append(append(lines[:start:start], block...), lines[end:]...), "\n"), nil
 	}
 	at := len(lines)
-	for _, h := range []string{"## 6. ", "## 7. ", "## Implementations"} {
+	after := []string{"## 6. ", "## 7. ", "## Implementations"}
+	if sec == "11" {
+		after = append([]string{"## 12. "}, after...)
+	}
+	for _, h := range after {
 		if s, _ := blockRange(lines, h); s >= 0 {
 			at = s
 			break
