@@ -353,7 +353,7 @@ func (r *report) sectionScaleOut(w func(string, ...any)) {
 		w(" The hash-field lease needs Redis ≥ 7.4 and was not measured: %s.", c.noR8)
 	}
 	w(" Starting and joining took %v. Every row has a fresh default rueidis client per topology; given the three masters, rueidis makes a cluster client that routes each command by its key's slot (one pipelined connection per master).\n\n", c.setup.Round(10*time.Millisecond))
-	w("**Key set**: %d keys per row, `<tag>:order:<i>`, used **uniformly**: goroutine g of %d picks uniformly at random among the keys i ≡ g (mod %d), so no two goroutines contend and every key is in use. **Warm-up**, untimed, once per row and topology: every goroutine visits each of its keys once (script caches on every node, connections, rate-limit windows and fencing counters exist), then %v at random. **Cells**: %v warm-up, all goroutines stopped, every node read (`INFO commandstats errorstats cpu`, `CLUSTER INFO`, the bus sockets' byte counts from `ss -ti`), %v measured, stopped, read again, so the counts cover exactly the operations counted; %d repetitions. Rows run one after the other, each on two clients of its own made before its warm-up and closed after its cells (rueidis PINGs a connection idle for a second, so other rows' idle clients would count in a row's commands); within a row the topology that goes first alternates. An operation is one acquire + release (`TryAcquire`, never waiting), or one rate-limit decision. Commands are every node's `INFO commandstats` calls (those inside scripts included; this program's own `INFO`/`CLUSTER INFO` left out). The Go program and all four servers share the machine's %d CPUs.\n\n",
+	w("**Key set**: %d keys per row, `<tag>:order:<i>`, used **uniformly**: goroutine g of %d picks uniformly at random among the keys i ≡ g (mod %d), so no two goroutines contend and every key is in use. **Warm-up**, untimed, once per row and topology: every goroutine visits each of its keys once (script caches on every node, connections, rate-limit windows and fencing counters exist), then %v at random. **Cells**: %v warm-up, all goroutines stopped, every node read (`INFO commandstats errorstats cpu`, `CLUSTER INFO`, the bus sockets' byte counts from `ss -ti`), %v measured, stopped, read again, so the counts cover exactly the operations counted; %d repetitions. Rows run one after the other, each on two clients of its own made before its warm-up and closed after its cells (rueidis PINGs a connection idle for a second, so other rows' idle clients would count in a row's commands); within a row the topology that goes first alternates. An operation is one acquire + release (`TryAcquire`, never waiting), or one rate-limit decision. Commands are every node's `INFO commandstats` calls (those inside scripts included; this program's own `INFO`/`CLUSTER INFO` left out). The Go program and the servers (the standalone one and the three cluster nodes of the pair in use) share the machine's %d CPUs.\n\n",
 		o.cKeys, o.cConc, o.cConc, o.cWarm, o.cWarm, o.cDur, o.cReps, runtime.NumCPU())
 	w("Load average (1, 5, 15 min) at the section's start %s, at its end %s; at each row's start: %s. The section took %v.\n\n", c.loadStart, c.loadEnd, strings.Join(c.load, "; "), c.elapsed.Round(time.Second))
 
@@ -403,6 +403,16 @@ func (r *report) sectionScaleOut(w func(string, ...any)) {
 		km, ka := k.redirects()
 		w("| %s | %.2f | %.2f | %s | %d / %d, %d / %d | %d / %d |\n", row.name, s.perOp(), k.perOp(), c.cmdDiff(row.name), swm, swa, kwm, kwa, sm+km, sa+ka)
 	}
+	for _, row := range c.rows {
+		s, k := c.cell(row.name, "standalone").byCmd(), c.cell(row.name, "cluster").byCmd()
+		if k["client|info"]-s["client|info"] > 0.5 && k["exists"]-s["exists"] > 0.5 {
+			w("\n*%s*: on a cluster, `primitives/internal/fence`'s Pool keeps no idle connection (its Put hands a cluster connection back to rueidis, as it is bound to one node), so every acquire takes a dedicated connection and binds and identifies it with `EXISTS key` + `CLIENT INFO` (one more round trip) before its script; on the standalone server the Pool reuses connections it has identified.", row.name)
+			if k["discard"] > 0 || k["unsubscribe"] > 0 {
+				w(" The cluster's `PING`, `DISCARD` and `*UNSUBSCRIBE` calls come from the same path: rueidis PINGs a dedicated connection idle for a second in its pool, and cleans some it gets back with `UNSUBSCRIBE`, `PUNSUBSCRIBE`, `SUNSUBSCRIBE`, `DISCARD`.")
+			}
+			w("\n")
+		}
+	}
 	w("\nBy command (cluster): ")
 	var bd []string
 	for _, row := range c.rows {
@@ -435,7 +445,7 @@ func (r *report) sectionScaleOut(w func(string, ...any)) {
 	w("\n")
 
 	w("### The cluster bus\n\n")
-	w("Every release of a coordhost lock, rwlock, semaphore and lease PUBLISHes on the key's channel from its script (plain `PUBLISH`, not sharded `SPUBLISH`, DESIGN: one waiting connection per client hears every channel). A cluster forwards each PUBLISH to every other node over the cluster bus, whoever subscribes. Per operation, over the measured windows: PUBLISH and all bus messages the nodes sent (`CLUSTER INFO` `cluster_stats_messages_publish_sent`, `cluster_stats_messages_sent`, summed over the nodes), and the bytes the bus connections carried (kernel counters of the bus sockets, `ss -ti`; pings included).\n\n")
+	w("Every release of a coordhost lock, rwlock, semaphore and lease PUBLISHes on the key's channel from its script: a plain `PUBLISH` (channels have no slot; one dedicated connection per client hears every channel, DESIGN.md §3), not a sharded `SPUBLISH`. A cluster forwards each PUBLISH to every other node over the cluster bus, whoever subscribes, as one bus message per node whose header carries, among other things, the sender's 16384-bit slot bitmap. Per operation, over the measured windows: PUBLISH calls, PUBLISH and all bus messages the nodes sent (`CLUSTER INFO` `cluster_stats_messages_publish_sent`, `cluster_stats_messages_sent`, summed over the nodes), and the bytes the bus connections carried (kernel counters of the bus sockets, `ss -ti`, both directions; pings included).\n\n")
 	w("| row | `PUBLISH` calls per op | bus messages per op: PUBLISH / all | bus bytes per op |\n|---|---:|---:|---:|\n")
 	for _, row := range c.rows {
 		k := c.cell(row.name, "cluster")
@@ -452,8 +462,13 @@ func (r *report) sectionScaleOut(w func(string, ...any)) {
 		kr1, ks1 := k1.cpuPerOp()
 		sr2, ss2 := s2.cpuPerOp()
 		kr2, ks2 := k2.cpuPerOp()
-		w("**What the PUBLISH costs**, from the two raw release-script rows (the same operation with and without the `PUBLISH`): Redis CPU per operation %+.1f µs standalone and %+.1f µs on the cluster (all nodes), this program %+.1f / %+.1f µs; throughput with the PUBLISH %.2f× the row without it standalone and %.2f× on the cluster (ratios of the medians).\n\n",
+		pub, _, _ := k2.busPerOp()
+		w("**What the PUBLISH costs**, from the two raw release-script rows (the same operation with and without the `PUBLISH`): Redis CPU per operation %+.1f µs standalone and %+.1f µs on the cluster (all nodes), this program %+.1f / %+.1f µs; throughput with the PUBLISH %.2f× the row without it standalone and %.2f× on the cluster (ratios of the medians).",
 			sr2-sr1, kr2-kr1, ss2-ss1, ks2-ks1, median(s2.rates)/median(s1.rates), median(k2.rates)/median(k1.rates))
+		if pub > 0 {
+			w(" The cluster's extra over the standalone server's, %.1f µs per release over %.2f bus messages, is about %.1f µs of Redis CPU per message forwarded (built and sent by one node, read and handled by another) on this machine.", (kr2-kr1)-(sr2-sr1), pub, ((kr2-kr1)-(sr2-sr1))/pub)
+		}
+		w("\n\n")
 	}
 
 	w("### Rows\n\n")
