@@ -223,13 +223,19 @@ func (c *c12Results) cmdDiff(row string) string {
 	var parts []string
 	for _, n := range slices.Sorted(mapsKeys(names)) {
 		if d := k[n] - s[n]; math.Abs(d) > 0.005 {
-			parts = append(parts, fmt.Sprintf("%+.2f `%s`", d, strings.ToUpper(n)))
+			parts = append(parts, fmt.Sprintf("%+.2f `%s`", d, cmdName(n)))
 		}
 	}
 	if len(parts) == 0 {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// cmdName is a commandstats name as a command: "client|info" is CLIENT
+// INFO (a "|" would also split a Markdown table cell).
+func cmdName(n string) string {
+	return strings.ToUpper(strings.ReplaceAll(n, "|", " "))
 }
 
 func mapsKeys(m map[string]bool) func(func(string) bool) {
@@ -265,7 +271,7 @@ func breakdown(m map[string]float64) string {
 	})
 	parts := make([]string, len(l))
 	for i, x := range l {
-		parts[i] = fmt.Sprintf("%s %.2f", strings.ToUpper(x.n), x.v)
+		parts[i] = fmt.Sprintf("%s %.2f", cmdName(x.n), x.v)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -403,15 +409,21 @@ func (r *report) sectionScaleOut(w func(string, ...any)) {
 		km, ka := k.redirects()
 		w("| %s | %.2f | %.2f | %s | %d / %d, %d / %d | %d / %d |\n", row.name, s.perOp(), k.perOp(), c.cmdDiff(row.name), swm, swa, kwm, kwa, sm+km, sa+ka)
 	}
+	var fenced []string
+	cleanup := false
 	for _, row := range c.rows {
 		s, k := c.cell(row.name, "standalone").byCmd(), c.cell(row.name, "cluster").byCmd()
 		if k["client|info"]-s["client|info"] > 0.5 && k["exists"]-s["exists"] > 0.5 {
-			w("\n*%s*: on a cluster, `primitives/internal/fence`'s Pool keeps no idle connection (its Put hands a cluster connection back to rueidis, as it is bound to one node), so every acquire takes a dedicated connection and binds and identifies it with `EXISTS key` + `CLIENT INFO` (one more round trip) before its script; on the standalone server the Pool reuses connections it has identified.", row.name)
-			if k["discard"] > 0 || k["unsubscribe"] > 0 {
-				w(" The cluster's `PING`, `DISCARD` and `*UNSUBSCRIBE` calls come from the same path: rueidis PINGs a dedicated connection idle for a second in its pool, and cleans some it gets back with `UNSUBSCRIBE`, `PUNSUBSCRIBE`, `SUNSUBSCRIBE`, `DISCARD`.")
-			}
-			w("\n")
+			fenced = append(fenced, "*"+row.name+"*")
+			cleanup = cleanup || k["discard"] > 0 || k["unsubscribe"] > 0
 		}
+	}
+	if len(fenced) > 0 {
+		w("\n%s: on a cluster, `primitives/internal/fence`'s Pool keeps no idle connection (its Put hands a cluster connection back to rueidis, as it is bound to one node), so every acquire takes a dedicated connection and binds and identifies it with `EXISTS key` + `CLIENT INFO` (one more round trip) before its script; on the standalone server the Pool reuses connections it has identified.", strings.Join(fenced, ", "))
+		if cleanup {
+			w(" The cluster's `PING`, `DISCARD` and `*UNSUBSCRIBE` calls come from the same path: rueidis PINGs a dedicated connection idle for a second in its pool, and cleans some it gets back with `UNSUBSCRIBE`, `PUNSUBSCRIBE`, `SUNSUBSCRIBE`, `DISCARD`.")
+		}
+		w("\n")
 	}
 	w("\nBy command (cluster): ")
 	var bd []string
