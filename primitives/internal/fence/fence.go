@@ -24,11 +24,14 @@ import (
 // It wraps base.ErrNoPermission.
 var ErrNoPermission = fmt.Errorf("%w: fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)", base.ErrNoPermission)
 
-// maxIdle bounds the connections a Pool keeps, identified, for reuse;
-// beyond it a connection goes back to rueidis' pool of dedicated
+// maxIdle bounds the connections a Pool keeps, identified, for reuse, per
+// node; beyond it a connection goes back to rueidis' pool of dedicated
 // connections, to be identified again (one CLIENT INFO) when it comes out.
 // 64 covers 64 concurrent acquirers without either.
 const maxIdle = 64
+
+// slots is the number of hash slots of a Redis Cluster.
+const slots = 16384
 
 // Identity names one connection on the server, as CLIENT INFO reports
 // it: enough to CLIENT KILL exactly that connection and no other.
@@ -67,18 +70,88 @@ type Conn struct {
 }
 
 // Pool hands out fenced connections. Safe for concurrent use.
+//
+// It keeps identified connections for reuse, by node: on a standalone
+// server all under one name, in a cluster under the node's own address
+// (CLIENT INFO laddr=). A cluster connection is bound to one node, so the
+// Pool learns which node serves each slot from the connections it makes
+// (the node a key's EXISTS reached, or the node a MOVED named) and forgets
+// a slot when a pooled connection is refused with MOVED. A wrong guess
+// costs a redirection, never a wrong answer: the server refuses a key it
+// does not serve.
 type Pool struct {
 	client  rueidis.Client
 	cluster bool
 
-	mu     sync.Mutex
-	idle   []*Conn
-	closed bool
+	mu       sync.Mutex
+	idle     map[string][]*Conn // by node; "" on a standalone server
+	slotNode []string           // cluster: the node learned per slot, "" unknown
+	closed   bool
 }
 
 // NewPool returns a pool over client. It dials nothing until Get.
 func NewPool(client rueidis.Client) *Pool {
-	return &Pool{client: client, cluster: client.Mode() == rueidis.ClientModeCluster}
+	p := &Pool{client: client, cluster: client.Mode() == rueidis.ClientModeCluster, idle: map[string][]*Conn{}}
+	if p.cluster {
+		p.slotNode = make([]string, slots)
+	}
+	return p
+}
+
+// slotOf is key's hash slot (hash tags honoured), in a cluster.
+func (p *Pool) slotOf(key string) uint16 {
+	cmd := p.client.B().Exists().Key(key).Build()
+	return cmd.Slot() % slots
+}
+
+// takeIdle pops an idle connection able to serve key, or nil.
+func (p *Pool) takeIdle(key string) *Conn {
+	var slot uint16
+	if p.cluster {
+		slot = p.slotOf(key)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	node := ""
+	if p.cluster {
+		if node = p.slotNode[slot]; node == "" {
+			return nil
+		}
+	}
+	l := p.idle[node]
+	n := len(l)
+	if n == 0 {
+		return nil
+	}
+	c := l[n-1]
+	l[n-1] = nil
+	p.idle[node] = l[:n-1]
+	return c
+}
+
+// learn records that c's node serves key's slot.
+func (p *Pool) learn(key string, c *Conn) {
+	if !p.cluster || c.asking || c.LAddr == "" {
+		return
+	}
+	slot := p.slotOf(key)
+	p.mu.Lock()
+	p.slotNode[slot] = c.LAddr
+	p.mu.Unlock()
+}
+
+// forget drops what the Pool learned about key's slot when it named c's
+// node: that node refused key with MOVED.
+func (p *Pool) forget(key string, c *Conn) {
+	if !p.cluster {
+		return
+	}
+	slot := p.slotOf(key)
+	p.mu.Lock()
+	if p.slotNode[slot] == c.LAddr {
+		p.slotNode[slot] = ""
+	}
+	p.mu.Unlock()
 }
 
 // Get returns a connection able to serve key (cluster clients bind a
@@ -97,15 +170,10 @@ const maxRedirects = 5
 // stays bound to the node its client's slot map named when it was made,
 // which a migration or a failover makes stale.
 func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, error) {
-	if !p.cluster {
-		p.mu.Lock()
-		if n := len(p.idle); n > 0 {
-			c := p.idle[n-1]
-			p.idle = p.idle[:n-1]
-			p.mu.Unlock()
+	if !to.Redirect() {
+		if c := p.takeIdle(key); c != nil {
 			return c, nil
 		}
-		p.mu.Unlock()
 	}
 	var start time.Time
 	pause := 5 * time.Millisecond
@@ -113,6 +181,9 @@ func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, e
 		c, err := p.dial(ctx, key, to)
 		r, refused := script.IsRefusal(err)
 		switch {
+		case err == nil:
+			p.learn(key, c)
+			return c, nil
 		case !refused || ctx.Err() != nil:
 			return c, err
 		case r.Redirect():
@@ -211,16 +282,18 @@ func (c *Conn) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis
 	return out
 }
 
-// Put returns a healthy connection for reuse (standalone) or gives its wire
-// back to the client's pool (cluster: it is bound to one node).
+// Put returns a healthy connection for reuse, kept under its node. One
+// made for an ASK redirection (it sends ASKING before every command, right
+// only while its slot migrates) gives its wire back to the client's pool
+// instead.
 func (p *Pool) Put(c *Conn) {
+	node := ""
 	if p.cluster {
-		c.cancel()
-		return
+		node = c.LAddr
 	}
 	p.mu.Lock()
-	if !p.closed && len(p.idle) < maxIdle {
-		p.idle = append(p.idle, c)
+	if !p.closed && !c.asking && (!p.cluster || node != "") && len(p.idle[node]) < maxIdle {
+		p.idle[node] = append(p.idle[node], c)
 		p.mu.Unlock()
 		return
 	}
@@ -297,10 +370,12 @@ func Kill(ctx context.Context, client rueidis.Client, who Identity) error {
 func (p *Pool) Close() {
 	p.mu.Lock()
 	idle := p.idle
-	p.idle, p.closed = nil, true
+	p.idle, p.closed = map[string][]*Conn{}, true
 	p.mu.Unlock()
-	for _, c := range idle {
-		c.Discard()
+	for _, l := range idle {
+		for _, c := range l {
+			c.Discard()
+		}
 	}
 }
 
@@ -359,10 +434,14 @@ func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Ide
 			}
 			return zero, &base.Uncertain{Name: name, Op: "acquire", Settled: "fenced and released", Err: err}
 		}
+		ref, refused := script.IsRefusal(err)
 		if fc != nil {
+			if refused && ref.Word == "MOVED" {
+				p.forget(key, fc)
+			}
 			p.Put(fc)
 		}
-		if ref, refused := script.IsRefusal(err); refused && ref.Redirect() && fc != nil && redirects < maxRedirects {
+		if refused && ref.Redirect() && fc != nil && redirects < maxRedirects {
 			// The pooled connection's node no longer serves key (a
 			// migration or a failover): nothing ran; go where the server
 			// says.
