@@ -58,12 +58,33 @@ type faultPermit interface {
 }
 
 // faultTap is a faulttest.Tap that also notes the commands sent on its
-// dedicated connections, where the semaphore's fenced acquires run.
+// dedicated connections, where the semaphore's fenced acquires run: its
+// own and, in a cluster, those of its nodes' clients (the fence pool
+// keeps connections to a node, not to a slot).
 type faultTap struct{ faulttest.Tap }
 
 func (c *faultTap) Dedicate() (rueidis.DedicatedClient, func()) {
 	d, cancel := c.Tap.Client.Dedicate()
 	return &faultTapDedicated{DedicatedClient: d, tap: c}, cancel
+}
+
+func (c *faultTap) Nodes() map[string]rueidis.Client {
+	nodes := c.Tap.Client.Nodes()
+	tapped := make(map[string]rueidis.Client, len(nodes))
+	for addr, n := range nodes {
+		tapped[addr] = &faultTapNode{Client: n, tap: c}
+	}
+	return tapped
+}
+
+type faultTapNode struct {
+	rueidis.Client
+	tap *faultTap
+}
+
+func (n *faultTapNode) Dedicate() (rueidis.DedicatedClient, func()) {
+	d, cancel := n.Client.Dedicate()
+	return &faultTapDedicated{DedicatedClient: d, tap: n.tap}, cancel
 }
 
 type faultTapDedicated struct {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coordhost/coordhost/primitives/internal/base"
@@ -23,15 +22,6 @@ import (
 // ACL without them): uncertain outcomes could not be fenced.
 // It wraps base.ErrNoPermission.
 var ErrNoPermission = fmt.Errorf("%w: fencing uncertain outcomes needs the CLIENT INFO and CLIENT KILL commands (ACL: +client|info +client|kill)", base.ErrNoPermission)
-
-// maxIdle bounds the connections a Pool keeps, identified, for reuse, per
-// node; beyond it a connection goes back to rueidis' pool of dedicated
-// connections, to be identified again (one CLIENT INFO) when it comes out.
-// 64 covers 64 concurrent acquirers without either.
-const maxIdle = 64
-
-// slots is the number of hash slots of a Redis Cluster.
-const slots = 16384
 
 // Identity names one connection on the server, as CLIENT INFO reports
 // it: enough to CLIENT KILL exactly that connection and no other.
@@ -67,193 +57,10 @@ type Conn struct {
 	Identity
 	cancel func()
 	asking bool // ASK redirection: ASKING before every command
-}
-
-// Pool hands out fenced connections. Safe for concurrent use.
-//
-// It keeps identified connections for reuse, by node: on a standalone
-// server all under one name, in a cluster under the node's own address
-// (CLIENT INFO laddr=). A cluster connection is bound to one node, so the
-// Pool learns which node serves each slot from the connections it makes
-// (the node a key's EXISTS reached, or the node a MOVED named) and forgets
-// a slot when a pooled connection is refused with MOVED. A wrong guess
-// costs a redirection, never a wrong answer: the server refuses a key it
-// does not serve.
-type Pool struct {
-	client  rueidis.Client
-	cluster bool
-
-	mu       sync.Mutex
-	idle     map[string][]*Conn // by node; "" on a standalone server
-	slotNode []string           // cluster: the node learned per slot, "" unknown
-	closed   bool
-}
-
-// NewPool returns a pool over client. It dials nothing until Get.
-func NewPool(client rueidis.Client) *Pool {
-	p := &Pool{client: client, cluster: client.Mode() == rueidis.ClientModeCluster, idle: map[string][]*Conn{}}
-	if p.cluster {
-		p.slotNode = make([]string, slots)
-	}
-	return p
-}
-
-// slotOf is key's hash slot (hash tags honoured), in a cluster.
-func (p *Pool) slotOf(key string) uint16 {
-	cmd := p.client.B().Exists().Key(key).Build()
-	return cmd.Slot() % slots
-}
-
-// takeIdle pops an idle connection able to serve key, or nil.
-func (p *Pool) takeIdle(key string) *Conn {
-	var slot uint16
-	if p.cluster {
-		slot = p.slotOf(key)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	node := ""
-	if p.cluster {
-		if node = p.slotNode[slot]; node == "" {
-			return nil
-		}
-	}
-	l := p.idle[node]
-	n := len(l)
-	if n == 0 {
-		return nil
-	}
-	c := l[n-1]
-	l[n-1] = nil
-	p.idle[node] = l[:n-1]
-	return c
-}
-
-// learn records that c's node serves key's slot.
-func (p *Pool) learn(key string, c *Conn) {
-	if !p.cluster || c.asking || c.LAddr == "" {
-		return
-	}
-	slot := p.slotOf(key)
-	p.mu.Lock()
-	p.slotNode[slot] = c.LAddr
-	p.mu.Unlock()
-}
-
-// forget drops what the Pool learned about key's slot when it named c's
-// node: that node refused key with MOVED.
-func (p *Pool) forget(key string, c *Conn) {
-	if !p.cluster {
-		return
-	}
-	slot := p.slotOf(key)
-	p.mu.Lock()
-	if p.slotNode[slot] == c.LAddr {
-		p.slotNode[slot] = ""
-	}
-	p.mu.Unlock()
-}
-
-// Get returns a connection able to serve key (cluster clients bind a
-// dedicated connection to the node of its first keyed command).
-func (p *Pool) Get(ctx context.Context, key string) (*Conn, error) {
-	return p.get(ctx, key, script.Refusal{})
-}
-
-// maxRedirects bounds the MOVED and ASK redirections one Get or one
-// Attempt follows.
-const maxRedirects = 5
-
-// get is Get after a refusal: for a MOVED or ASK (to), a connection to the
-// node named, which with ASK sends ASKING before every command. A cluster
-// client's dedicated connection follows neither redirection by itself: it
-// stays bound to the node its client's slot map named when it was made,
-// which a migration or a failover makes stale.
-func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, error) {
-	if !to.Redirect() {
-		if c := p.takeIdle(key); c != nil {
-			return c, nil
-		}
-	}
-	var start time.Time
-	pause := 5 * time.Millisecond
-	for redirects := 0; ; {
-		c, err := p.dial(ctx, key, to)
-		r, refused := script.IsRefusal(err)
-		switch {
-		case err == nil:
-			p.learn(key, c)
-			return c, nil
-		case !refused || ctx.Err() != nil:
-			return c, err
-		case r.Redirect():
-			if redirects++; redirects > maxRedirects {
-				return nil, err
-			}
-			to = r
-			continue
-		}
-		// CLUSTERDOWN or LOADING: wait as script.Run does.
-		if start.IsZero() {
-			start = time.Now()
-		}
-		if time.Since(start)+pause > script.RefusedWait {
-			return nil, err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 100*time.Millisecond)
-	}
-}
-
-// dial makes one connection: in a cluster, to key's node as the client's
-// slot map says, or to the node to names.
-func (p *Pool) dial(ctx context.Context, key string, to script.Refusal) (*Conn, error) {
-	var dc rueidis.DedicatedClient
-	var cancel func()
-	asking := false
-	if to.Redirect() {
-		n, ok := p.client.Nodes()[to.Addr]
-		if !ok {
-			return nil, fmt.Errorf("fence: redirected (%s) to %s, a node the client does not know", to.Word, to.Addr)
-		}
-		dc, cancel = n.Dedicate()
-		asking = to.Word == "ASK"
-	} else {
-		dc, cancel = p.client.Dedicate()
-	}
-	var info string
-	var err error
-	if p.cluster && !to.Redirect() {
-		// EXISTS binds the connection to key's node; CLIENT INFO then
-		// names the connection on that node.
-		res := dc.DoMulti(ctx, dc.B().Exists().Key(key).Build(), dc.B().ClientInfo().Build())
-		if err = res[0].Error(); err == nil {
-			info, err = res[1].ToString()
-		}
-	} else {
-		info, err = dc.Do(ctx, dc.B().ClientInfo().Build()).ToString()
-	}
-	if err != nil {
-		dc.Close()
-		cancel()
-		if isNoPerm(err) {
-			return nil, fmt.Errorf("%w: %w", ErrNoPermission, err)
-		}
-		return nil, err
-	}
-	id, err := ParseClientInfo(info)
-	if err != nil {
-		dc.Close()
-		cancel()
-		return nil, err
-	}
-	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel, asking: asking}, nil
+	// node is, in a cluster, the client's address of the node the
+	// connection reaches (a key of Nodes()); "" for one the cluster client
+	// made, which rueidis binds to the slot of its first keyed command.
+	node string
 }
 
 // Do sends cmd, after ASKING on a connection an ASK redirection made.
@@ -280,27 +87,6 @@ func (c *Conn) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis
 		out[i] = res[2*i+1]
 	}
 	return out
-}
-
-// Put returns a healthy connection for reuse, kept under its node. One
-// made for an ASK redirection (it sends ASKING before every command, right
-// only while its slot migrates) gives its wire back to the client's pool
-// instead.
-func (p *Pool) Put(c *Conn) {
-	node := ""
-	if p.cluster {
-		node = c.LAddr
-	}
-	p.mu.Lock()
-	if !p.closed && !c.asking && (!p.cluster || node != "") && len(p.idle[node]) < maxIdle {
-		p.idle[node] = append(p.idle[node], c)
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Unlock()
-	// Healthy: hand the wire back rather than close it, so that a burst
-	// above maxIdle does not dial a new connection per acquire.
-	c.cancel()
 }
 
 // Discard closes the connection instead of reusing it.
@@ -366,19 +152,6 @@ func Kill(ctx context.Context, client rueidis.Client, who Identity) error {
 	return nil
 }
 
-// Close discards idle connections. Idempotent.
-func (p *Pool) Close() {
-	p.mu.Lock()
-	idle := p.idle
-	p.idle, p.closed = map[string][]*Conn{}, true
-	p.mu.Unlock()
-	for _, l := range idle {
-		for _, c := range l {
-			c.Discard()
-		}
-	}
-}
-
 func isNoPerm(err error) bool {
 	rerr, ok := rueidis.IsRedisErr(err)
 	return ok && strings.HasPrefix(rerr.Error(), "NOPERM")
@@ -437,7 +210,7 @@ func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Ide
 		ref, refused := script.IsRefusal(err)
 		if fc != nil {
 			if refused && ref.Word == "MOVED" {
-				p.forget(key, fc)
+				p.forget(key, fc.node)
 			}
 			p.Put(fc)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/redis/rueidis"
@@ -31,9 +32,39 @@ next:
 	return ""
 }
 
-// TestPoolReusesClusterConnections: a cluster connection, bound to one
-// node, is reused for any key of a slot that node serves, and never for a
-// key of another node's slot.
+// set runs SET key on c: a connection that cannot serve key fails (MOVED)
+// or, bound to another slot by rueidis, panics.
+func set(t *testing.T, c *Conn, key string) {
+	t.Helper()
+	if err := c.Do(context.Background(), c.B().Set().Key(key).Value("v").Build()).Error(); err != nil {
+		t.Fatalf("SET %s on a pooled connection to %s: %v", key, c.LAddr, err)
+	}
+}
+
+// nodeConn returns a connection for key that the Pool will keep: the first
+// Get of an unlearned slot goes through the cluster client (bound to the
+// slot, not pooled); the next one reaches the learned node.
+func nodeConn(t *testing.T, p *Pool, key string) *Conn {
+	t.Helper()
+	ctx := context.Background()
+	c, err := p.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set(t, c, key)
+	p.Put(c)
+	if c, err = p.Get(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if c.node == "" {
+		t.Fatalf("second Get(%q): still a slot-bound connection (slot not learned)", key)
+	}
+	return c
+}
+
+// TestPoolReusesClusterConnections: a pooled cluster connection reaches one
+// node and serves any key of any slot that node serves, never a key of
+// another node's slot.
 func TestPoolReusesClusterConnections(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	client := cl.Client(t)
@@ -45,42 +76,41 @@ func TestPoolReusesClusterConnections(t *testing.T) {
 	a1 := keyOn(t, cl, 0, redistest.SlotOf(a0)) // same node, another slot
 	b := keyOn(t, cl, 1)
 
-	c, err := p.Get(ctx, a0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := nodeConn(t, p, a0)
+	set(t, c, a0)
 	p.Put(c)
 	if got, _ := p.Get(ctx, a0); got != c {
 		t.Fatalf("Get(%q) after Put: a new connection, want the pooled one", a0)
 	}
 	p.Put(c)
-	// a1's slot is not learned yet: a new connection, which learns it.
+	// a1's slot is not learned yet: through the cluster client, which
+	// learns it.
 	c1, err := p.Get(ctx, a1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c1 == c {
-		t.Fatalf("Get(%q): the pooled connection before its slot was learned", a1)
-	}
-	if c1.LAddr != c.LAddr {
-		t.Fatalf("keys of one master on connections to %s and %s", c.LAddr, c1.LAddr)
+	if c1 == c || c1.LAddr != c.LAddr {
+		t.Fatalf("Get(%q), slot unlearned: %p to %s; pooled %p to %s", a1, c1, c1.LAddr, c, c.LAddr)
 	}
 	p.Put(c1)
-	if got, _ := p.Get(ctx, a1); got != c1 {
-		t.Fatalf("Get(%q) after Put: a new connection, want the pooled one", a1)
+	got, err := p.Get(ctx, a1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	p.Put(c1)
+	if got != c {
+		t.Fatalf("Get(%q), slot learned: not the pooled connection to its node", a1)
+	}
+	set(t, got, a1) // another slot on the same connection
+	set(t, got, a0)
+	p.Put(got)
 	cb, err := p.Get(ctx, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cb == c || cb == c1 || cb.LAddr == c.LAddr {
+	if cb == c || cb.LAddr == c.LAddr {
 		t.Fatalf("Get(%q) on master 1: a connection to %s, master 0's", b, cb.LAddr)
 	}
-	// The connection really serves b: a keyed command is not redirected.
-	if err := cb.Do(ctx, cb.B().Set().Key(b).Value("v").Build()).Error(); err != nil {
-		t.Fatalf("SET %s on its pooled connection: %v", b, err)
-	}
+	set(t, cb, b)
 	p.Put(cb)
 }
 
@@ -95,10 +125,7 @@ func TestPoolForgetsMovedSlot(t *testing.T) {
 	ctx := context.Background()
 
 	k := keyOn(t, cl, 0)
-	old, err := p.Get(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := nodeConn(t, p, k)
 	p.Put(old)
 	cl.MigrateSlot(t, redistest.SlotOf(k), 2)
 
@@ -132,7 +159,7 @@ func TestPoolForgetsMovedSlot(t *testing.T) {
 	// pooled for the slots that node still serves.
 	p.mu.Lock()
 	pooled := false
-	for _, c := range p.idle[old.LAddr] {
+	for _, c := range p.idle[old.node] {
 		pooled = pooled || c == old
 	}
 	p.mu.Unlock()
@@ -153,14 +180,11 @@ func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 	ctx := context.Background()
 
 	k := keyOn(t, cl, 0)
-	c, err := p.Get(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := nodeConn(t, p, k)
 	p.Put(c)
 	slot := p.slotOf(k)
-	if p.slotNode[slot] != c.LAddr {
-		t.Fatalf("slot %d learned as %q, want %q", slot, p.slotNode[slot], c.LAddr)
+	if p.slotNode[slot] != c.node {
+		t.Fatalf("slot %d learned as %q, want %q", slot, p.slotNode[slot], c.node)
 	}
 	movedAway := func(ctx context.Context, on rueidis.CoreClient) (string, error) {
 		return "", on.Do(ctx, on.B().Eval().Script("return redis.error_reply('MOVED "+fmt.Sprint(slot)+" 127.0.0.1:1')").Numkeys(1).Key(k).Build()).Error()
@@ -173,5 +197,37 @@ func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.slotNode[slot] != "" {
 		t.Fatalf("slot %d still learned as %q after its node answered MOVED", slot, p.slotNode[slot])
+	}
+}
+
+// TestPoolAfterMasterDies: the node learned for a slot dies and its
+// replica takes over; Get for a key of the slot forgets the dead node and
+// goes through the cluster client, whose slot map follows the failover.
+func TestPoolAfterMasterDies(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	client := cl.Client(t)
+	p := NewPool(client)
+	defer p.Close()
+	k := keyOn(t, cl, 0)
+	dead := nodeConn(t, p, k)
+	dead.Discard() // the pool would hand it out, and its command fail
+	cl.KillMaster(t, 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		c, err := p.Get(ctx, k)
+		if err == nil {
+			if c.node == dead.node && c.node != "" {
+				t.Fatalf("Get(%q) after the failover: a connection to the dead master %s", k, c.node)
+			}
+			set(t, c, k)
+			p.Put(c)
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("Get(%q) after the failover: %v", k, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
