@@ -201,6 +201,12 @@ func Attempt[R any](ctx context.Context, p *Pool, on rueidis.CoreClient, who Ide
 			if fc != nil {
 				w = fc.Identity
 				fc.Discard()
+				if fc.node != "" && ctx.Err() == nil {
+					// A kept connection failed (a node that died in a
+					// failover, say): the others kept for its node would
+					// each fail an acquire the same way.
+					p.dropNode(key, fc.node)
+				}
 			}
 			if serr := p.Settle(ctx, w, settle); serr != nil {
 				return zero, &base.Uncertain{Name: name, Op: "acquire", Err: err, Unsettled: serr}

@@ -240,6 +240,19 @@ func (p *Pool) forget(key, node string) {
 	p.mu.Unlock()
 }
 
+// dropNode discards the connections kept for node and forgets key's slot
+// if it was learned as node's.
+func (p *Pool) dropNode(key, node string) {
+	p.forget(key, node)
+	p.mu.Lock()
+	l := p.idle[node]
+	delete(p.idle, node)
+	p.mu.Unlock()
+	for _, c := range l {
+		c.Discard()
+	}
+}
+
 // nodeOf returns the key in Nodes() of the node that calls itself laddr,
 // or "". An address it does not know makes it ask every node for its own
 // (CLIENT INFO on the node's client), at most once per resolveEvery.

@@ -231,3 +231,48 @@ func TestPoolAfterMasterDies(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// evalSet is an Attempt send: a script that writes key (no shebang: the
+// scripts of the primitives are of that kind).
+func evalSet(key string) func(context.Context, rueidis.CoreClient) (int64, error) {
+	return func(ctx context.Context, on rueidis.CoreClient) (int64, error) {
+		return on.Do(ctx, on.B().Eval().Script("redis.call('SET', KEYS[1], 'v') return 1").Numkeys(1).Key(key).Build()).AsInt64()
+	}
+}
+
+func settled(context.Context) error { return nil }
+
+// TestPoolAfterMasterDiesWithIdleConnections: the pool keeps several
+// connections to a master that then dies. The first Attempt on one of them
+// fails (its outcome is unknown: a connection error); the others must not
+// each fail an acquire too.
+func TestPoolAfterMasterDiesWithIdleConnections(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	client := cl.Client(t)
+	p := NewPool(client)
+	defer p.Close()
+	ctx := context.Background()
+	k := keyOn(t, cl, 0)
+	cs := []*Conn{nodeConn(t, p, k)}
+	for range 4 {
+		c, err := p.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		p.Put(c)
+	}
+	cl.KillMaster(t, 0)
+	failed := 0
+	for i := range 6 {
+		if _, err := Attempt(ctx, p, nil, Identity{}, "test", k, evalSet(k), settled); err != nil {
+			t.Logf("Attempt %d after the failover: %v", i, err)
+			failed++
+		}
+	}
+	if failed > 1 {
+		t.Fatalf("%d of 6 Attempts failed after the failover, one per connection kept to the dead master; want at most 1", failed)
+	}
+}
