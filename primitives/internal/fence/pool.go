@@ -24,6 +24,9 @@ const slots = 16384
 // when a connection reports one it does not know.
 const resolveEvery = time.Second
 
+// resolveTimeout bounds how long a Pool waits for a node's address.
+const resolveTimeout = 250 * time.Millisecond
+
 // Pool hands out fenced connections. Safe for concurrent use.
 //
 // It keeps identified connections for reuse, by node. In a cluster that
@@ -255,7 +258,10 @@ func (p *Pool) dropNode(key, node string) {
 
 // nodeOf returns the key in Nodes() of the node that calls itself laddr,
 // or "". An address it does not know makes it ask every node for its own
-// (CLIENT INFO on the node's client), at most once per resolveEvery.
+// (CLIENT INFO on the node's client, all at once, each for at most
+// resolveTimeout: a node that does not answer must not hold up an acquire
+// on another), at most once per resolveEvery. A node that does not answer
+// keeps the address it gave before.
 func (p *Pool) nodeOf(ctx context.Context, laddr string) string {
 	if laddr == "" {
 		return ""
@@ -270,18 +276,39 @@ func (p *Pool) nodeOf(ctx context.Context, laddr string) string {
 	if !stale {
 		return node
 	}
-	found := map[string]string{}
-	for addr, n := range p.client.Nodes() {
-		info, err := n.Do(ctx, n.B().ClientInfo().Build()).ToString()
-		if err != nil {
-			continue
-		}
-		if id, err := ParseClientInfo(info); err == nil && id.LAddr != "" {
-			found[id.LAddr] = addr
-		}
+	nodes := p.client.Nodes()
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var amu sync.Mutex
+	answered := map[string]string{} // node → its laddr
+	for addr, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info, err := n.Do(ctx, n.B().ClientInfo().Build()).ToString()
+			if err != nil {
+				return
+			}
+			if id, err := ParseClientInfo(info); err == nil && id.LAddr != "" {
+				amu.Lock()
+				answered[addr] = id.LAddr
+				amu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	found := map[string]string{}
+	for l, addr := range p.laddrNode {
+		if _, ok := nodes[addr]; ok && answered[addr] == "" {
+			found[l] = addr
+		}
+	}
+	for addr, l := range answered {
+		found[l] = addr
+	}
 	p.laddrNode = found
 	return found[laddr]
 }

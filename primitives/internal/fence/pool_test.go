@@ -276,3 +276,64 @@ func TestPoolAfterMasterDiesWithIdleConnections(t *testing.T) {
 		t.Fatalf("%d of 6 Attempts failed after the failover, one per connection kept to the dead master; want at most 1", failed)
 	}
 }
+
+// TestPoolGetWithAStoppedNode: a node that does not answer (here stopped
+// with SIGSTOP) must not hold up an acquire on another node while the Pool
+// learns which node a connection reached.
+func TestPoolGetWithAStoppedNode(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := cl.Client(t)
+	for _, n := range client.Nodes() { // connected to every node first
+		if err := n.Do(context.Background(), n.B().Ping().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := NewPool(client)
+	defer p.Close()
+	k := keyOn(t, cl, 0)
+	cl.Servers[2].Pause()
+	defer cl.Servers[2].Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	begin := time.Now()
+	_, err := Attempt(ctx, p, nil, Identity{}, "test", k, evalSet(k), settled)
+	if d := time.Since(begin); err != nil || d > time.Second {
+		t.Fatalf("Attempt on master 0 while master 2 is stopped: %v after %v", err, d.Round(time.Millisecond))
+	}
+}
+
+// TestPoolResolveOnCancelledContext: asking the nodes for their addresses
+// on a context cancelled meanwhile must not forget the addresses learned
+// before, or slots of those nodes go unlearned until the next resolve.
+func TestPoolResolveOnCancelledContext(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := cl.Client(t)
+	p := NewPool(client)
+	defer p.Close()
+	ctx := context.Background()
+	c, err := p.Get(ctx, keyOn(t, cl, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Put(c)
+	p.mu.Lock()
+	known := len(p.laddrNode)
+	p.resolvedAt = time.Time{} // as if a second had passed
+	p.mu.Unlock()
+	if known != 3 {
+		t.Fatalf("%d node addresses known after the first Get, want 3", known)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	p.nodeOf(cancelled, "127.0.0.1:1") // an address no node has
+	k := keyOn(t, cl, 1)
+	if c, err = p.Get(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	p.Put(c)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slotNode[p.slotOf(k)] == "" {
+		t.Fatalf("slot of %q not learned: node addresses known: %v", k, p.laddrNode)
+	}
+}
