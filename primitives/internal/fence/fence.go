@@ -61,6 +61,9 @@ type Conn struct {
 	// connection reaches (a key of Nodes()); "" for one the cluster client
 	// made, which rueidis binds to the slot of its first keyed command.
 	node string
+	// readOnly: the connection is in READONLY mode (cluster); never kept,
+	// nor learned from.
+	readOnly bool
 }
 
 // Do sends cmd, after ASKING on a connection an ASK redirection made.

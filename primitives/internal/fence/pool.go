@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,7 +177,22 @@ func (p *Pool) dial(ctx context.Context, key, node string, to script.Refusal) (*
 		cancel()
 		return nil, err
 	}
-	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel, asking: asking, node: node}, nil
+	return &Conn{DedicatedClient: dc, Identity: id, cancel: cancel, asking: asking, node: node, readOnly: readOnly(info)}, nil
+}
+
+// readOnly reports whether a CLIENT INFO reply shows a connection in
+// READONLY mode (flags=...r...: a client with SendToReplicas or
+// ReplicaOnly sends READONLY on every connection). A replica serves such a
+// connection the keys of its master's slots instead of refusing them with
+// MOVED, so a master demoted by a failover would run a script for a slot it
+// no longer serves.
+func readOnly(info string) bool {
+	for _, f := range strings.Fields(strings.TrimPrefix(info, "txt:")) {
+		if v, ok := strings.CutPrefix(f, "flags="); ok {
+			return strings.Contains(v, "r")
+		}
+	}
+	return false
 }
 
 // slotOf is key's hash slot (hash tags honoured), in a cluster.
@@ -215,7 +231,7 @@ func (p *Pool) takeIdle(key string) (*Conn, string) {
 // cluster client (its node named by the address the server reports), or
 // went to a node of Nodes(): for a learned slot, or as a MOVED said.
 func (p *Pool) learn(ctx context.Context, key string, c *Conn) {
-	if !p.cluster || c.asking {
+	if !p.cluster || c.asking || c.readOnly {
 		return
 	}
 	node := c.node
@@ -316,9 +332,10 @@ func (p *Pool) nodeOf(ctx context.Context, laddr string) string {
 // Put returns a healthy connection for reuse, kept under its node. A
 // cluster connection bound to a slot, or made for an ASK redirection
 // (it sends ASKING before every command, right only while its slot
-// migrates), gives its wire back to the client's pool instead.
+// migrates), or in READONLY mode (a replica would not refuse it), gives
+// its wire back to the client's pool instead.
 func (p *Pool) Put(c *Conn) {
-	poolable := !c.asking && (!p.cluster || c.node != "")
+	poolable := !c.asking && (!p.cluster || c.node != "" && !c.readOnly)
 	p.mu.Lock()
 	if poolable && !p.closed && len(p.idle[c.node]) < maxIdle {
 		p.idle[c.node] = append(p.idle[c.node], c)

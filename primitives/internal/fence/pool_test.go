@@ -337,3 +337,38 @@ func TestPoolResolveOnCancelledContext(t *testing.T) {
 		t.Fatalf("slot of %q not learned: node addresses known: %v", k, p.laddrNode)
 	}
 }
+
+// TestPoolReadOnlyClientAfterFailover: a client that sends READONLY on its
+// connections (SendToReplicas) reaches a replica without a MOVED: a
+// connection the Pool kept to a master demoted by a failover runs the
+// script there (it fails at the write, READONLY, or on a writable replica
+// succeeds on the wrong node). Once the client's slot map follows the
+// failover, Attempts must succeed again.
+func TestPoolReadOnlyClientAfterFailover(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
+	client := cl.Client(t, func(o *rueidis.ClientOption) {
+		o.SendToReplicas = func(cmd rueidis.Completed) bool { return cmd.IsReadOnly() }
+	})
+	p := NewPool(client)
+	defer p.Close()
+	ctx := context.Background()
+	k := keyOn(t, cl, 0)
+	for range 3 {
+		if _, err := Attempt(ctx, p, nil, Identity{}, "test", k, evalSet(k), settled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Failover(t, 0)
+	// A write through the client is redirected (MOVED) and refreshes its
+	// slot map.
+	if err := client.Do(ctx, client.B().Set().Key(k).Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = Attempt(ctx, p, nil, Identity{}, "test", k, evalSet(k), settled); err == nil {
+			return
+		}
+	}
+	t.Fatalf("Attempts after the failover still fail after 5s: %v", err)
+}
