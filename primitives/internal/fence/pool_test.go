@@ -32,6 +32,14 @@ next:
 	return ""
 }
 
+// clusterPool returns a Pool over a new client of cl, closed at cleanup.
+func clusterPool(t *testing.T, cl *redistest.Cluster, opts ...func(*rueidis.ClientOption)) *Pool {
+	t.Helper()
+	p := NewPool(cl.Client(t, opts...))
+	t.Cleanup(p.Close)
+	return p
+}
+
 // set runs SET key on c: a connection that cannot serve key fails (MOVED)
 // or, bound to another slot by rueidis, panics.
 func set(t *testing.T, c *Conn, key string) {
@@ -67,9 +75,7 @@ func nodeConn(t *testing.T, p *Pool, key string) *Conn {
 // another node's slot.
 func TestPoolReusesClusterConnections(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	ctx := context.Background()
 
 	a0 := keyOn(t, cl, 0)
@@ -119,9 +125,7 @@ func TestPoolReusesClusterConnections(t *testing.T) {
 // and the Pool then serves the key from there without a redirection.
 func TestPoolForgetsMovedSlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	ctx := context.Background()
 
 	k := keyOn(t, cl, 0)
@@ -174,9 +178,7 @@ func TestPoolForgetsMovedSlot(t *testing.T) {
 // (refreshed by then) instead of the stale node.
 func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	ctx := context.Background()
 
 	k := keyOn(t, cl, 0)
@@ -205,9 +207,7 @@ func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 // goes through the cluster client, whose slot map follows the failover.
 func TestPoolAfterMasterDies(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	k := keyOn(t, cl, 0)
 	dead := nodeConn(t, p, k)
 	dead.Discard() // the pool would hand it out, and its command fail
@@ -248,9 +248,7 @@ func settled(context.Context) error { return nil }
 // each fail an acquire too.
 func TestPoolAfterMasterDiesWithIdleConnections(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	ctx := context.Background()
 	k := keyOn(t, cl, 0)
 	cs := []*Conn{nodeConn(t, p, k)}
@@ -307,9 +305,7 @@ func TestPoolGetWithAStoppedNode(t *testing.T) {
 // before, or slots of those nodes go unlearned until the next resolve.
 func TestPoolResolveOnCancelledContext(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	client := cl.Client(t)
-	p := NewPool(client)
-	defer p.Close()
+	p := clusterPool(t, cl)
 	ctx := context.Background()
 	c, err := p.Get(ctx, keyOn(t, cl, 0))
 	if err != nil {
