@@ -479,6 +479,7 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 	good := "redis://coord:s3cret@" + srv.Addr
 	withCreds := writeConfig(t, "redis {\n  addresses = [\"127.0.0.1:1\"]\n  username  = \"coord\"\n  password  = \"s3cret\"\n}\n"+goodConfig)
 	withoutRedis := writeConfig(t, goodConfig)
+	withSentinel := writeConfig(t, "redis {\n  sentinel {\n    master_set = \"orders\"\n    addresses  = [\"127.0.0.1:1\"]\n  }\n  username = \"coord\"\n  password = \"s3cret\"\n}\n"+goodConfig)
 	cases := []struct {
 		name string
 		env  string // COORDHOST_REDIS_URL
@@ -493,6 +494,7 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 		{"-config: env ignored when the file has a redis block", good, []string{"-config", withCreds}, exitFailure, "COORDHOST_REDIS_URL ignored: "},
 		{"-config without a redis block: env names the server", good, []string{"-config", withoutRedis}, 0, `key "t:job"`},
 		{"-config: -redis keeps the file's credentials", "", []string{"-config", withCreds, "-redis", srv.Addr}, 0, `key "t:job"`},
+		{"-config: -redis in place of a sentinel block is said", "", []string{"-config", withSentinel, "-redis", srv.Addr}, 0, `-redis replaces ` + withSentinel + `'s sentinel block: connecting to ` + srv.Addr + ` directly, not through Sentinel master set "orders"`},
 		{"-config: -redis with its own credentials", "", []string{"-config", withCreds, "-redis", "redis://coord:wrong@" + srv.Addr}, exitFailure, "WRONGPASS"},
 	}
 	for _, tc := range cases {

@@ -139,6 +139,11 @@ func startHost(ctx context.Context, conf *config.Config, tg hostTarget, e *env) 
 		// block's credentials (a URL cannot name them). (TLS comes from a
 		// rediss:// URL.)
 		opt := tg.redisOpt
+		if conf.Redis != nil && conf.Redis.Sentinel != nil && opt.Sentinel.MasterSet == "" {
+			// Said, because a failover then no longer follows: the
+			// command talks to one server, whichever role it has.
+			e.logf("-redis replaces %s's sentinel block: connecting to %s directly, not through Sentinel master set %q", tg.configPath, tg.redisDesc, conf.Redis.Sentinel.MasterSet)
+		}
 		if conf.Redis != nil && opt.Username == "" && opt.Password == "" {
 			opt.Username, opt.Password = conf.Redis.Username, conf.Redis.Password
 		}
