@@ -95,6 +95,9 @@ func (d *decoder) decodeLease(b *hcl.Block) {
 	if a := at["ttl"]; a != nil {
 		l.TTL, ttlOK = d.leaseDuration(a)
 	}
+	if ttlOK {
+		d.warnReplicaTimeout(at, "lease", l.Replication, l.TTL)
+	}
 	l.MaxTTL = l.TTL
 	if a := at["max_ttl"]; a != nil {
 		if v, ok := d.leaseDuration(a); ok {

@@ -48,6 +48,7 @@ func (d *decoder) decodeLock(b *hcl.Block) {
 			}
 		}
 	}
+	d.warnReplicaTimeout(at, "lock", l.Replication, l.TTL)
 	if a := at["fencing"]; a != nil {
 		l.Fencing, _ = d.boolean(a)
 	}

@@ -74,3 +74,31 @@ func (d *decoder) replication(at hcl.Attributes, block string) Replication {
 	}
 	return r
 }
+
+// defaultReplicaTimeout is the primitives' default (primitives.
+// DefaultReplicaTimeout, which config does not import).
+const defaultReplicaTimeout = time.Second
+
+// warnReplicaTimeout warns when a block with replicas waits for them as
+// long as its ttl or longer: a grant the replicas are slow to confirm
+// could expire while the acquire still waits, so WAIT should take a small
+// part of the ttl.
+func (d *decoder) warnReplicaTimeout(at hcl.Attributes, block string, r Replication, ttl time.Duration) {
+	if r.Replicas == 0 || ttl <= 0 {
+		return
+	}
+	timeout, a, said := r.ReplicaTimeout, at[replicaTimeoutAttr], "replica_timeout"
+	if timeout == 0 {
+		timeout, a, said = defaultReplicaTimeout, at[replicasAttr], "the default replica_timeout"
+	}
+	if timeout < ttl || a == nil {
+		return
+	}
+	d.add(&hcl.Diagnostic{
+		Severity: hcl.DiagWarning,
+		Summary:  "replica_timeout not below ttl",
+		Detail: fmt.Sprintf("This %s waits up to %v (%s) for its replicas, and its ttl is %v: a grant they are slow to confirm can expire before the acquire returns. Keep replica_timeout a small part of the ttl.",
+			block, timeout, said, ttl),
+		Subject: a.Expr.Range().Ptr(),
+	})
+}

@@ -5,16 +5,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/hcl/v2"
 )
 
 // blockHeads are the blocks that take replicas and replica_timeout, each
 // opened with its required arguments on lines 1 to 3 (so the argument
 // under test is on line 4).
+// Their ttl is above every replica_timeout accepted (see
+// TestReplicaTimeoutWarning for one that is not).
 var blockHeads = []struct{ kind, head string }{
-	{"lock", "lock \"a\" {\n  ttl = \"1s\"\n\n"},
-	{"rwlock", "rwlock \"a\" {\n  ttl = \"1s\"\n\n"},
-	{"semaphore", "semaphore \"a\" {\n  capacity = 2\n  ttl = \"1s\"\n"},
-	{"lease", "lease \"a\" {\n  ttl = \"1s\"\n\n"},
+	{"lock", "lock \"a\" {\n  ttl = \"2m\"\n\n"},
+	{"rwlock", "rwlock \"a\" {\n  ttl = \"2m\"\n\n"},
+	{"semaphore", "semaphore \"a\" {\n  capacity = 2\n  ttl = \"2m\"\n"},
+	{"lease", "lease \"a\" {\n  ttl = \"2m\"\n\n"},
 }
 
 // replication returns the Replication the one block of kind in cfg asks
@@ -93,5 +97,58 @@ func TestReplicationMistakes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A replica_timeout (given, or the default 1s) not below the block's ttl is
+// a warning on the argument that sets it: a grant could expire while its
+// acquire waits for the replicas.
+func TestReplicaTimeoutWarning(t *testing.T) {
+	heads := map[string]string{
+		"lock":      "lock \"a\" {\n  ttl = \"%s\"\n\n",
+		"rwlock":    "rwlock \"a\" {\n  ttl = \"%s\"\n\n",
+		"semaphore": "semaphore \"a\" {\n  capacity = 2\n  ttl = \"%s\"\n",
+		"lease":     "lease \"a\" {\n  ttl = \"%s\"\n\n",
+	}
+	for kind, head := range heads {
+		for _, tc := range []struct {
+			name, ttl, args string
+			line            int // of the warning; 0: none
+			frags           []string
+		}{
+			{"default timeout equal to ttl", "1s", "  replicas = 1\n", 4, []string{"waits up to 1s (the default replica_timeout)", "its ttl is 1s"}},
+			{"timeout above ttl", "1s", "  replicas = 1\n  replica_timeout = \"2s\"\n", 5, []string{"waits up to 2s (replica_timeout)"}},
+			{"timeout below ttl", "1s", "  replicas = 1\n  replica_timeout = \"100ms\"\n", 0, nil},
+			{"default timeout below ttl", "30s", "  replicas = 2\n", 0, nil},
+			{"no replicas", "1s", "", 0, nil},
+		} {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				cfg, diags := Parse([]byte(fmt.Sprintf(head, tc.ttl)+tc.args+"}\n"), "test.hcl", LoadOptions{})
+				out := render(t, cfg, diags)
+				if diags.HasErrors() {
+					t.Fatalf("errors:\n%s", out)
+				}
+				if tc.line == 0 {
+					if len(diags) != 0 {
+						t.Fatalf("want no diagnostic:\n%s", out)
+					}
+					return
+				}
+				if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning {
+					t.Fatalf("want one warning:\n%s", out)
+				}
+				d := diags[0]
+				if d.Subject == nil || d.Subject.Start.Line != tc.line {
+					t.Fatalf("warning at %v, want line %d:\n%s", d.Subject, tc.line, out)
+				}
+				if !containsAll(text(d), append(tc.frags, "This "+kind+" waits")...) {
+					t.Fatalf("warning %q, want fragments %q", text(d), tc.frags)
+				}
+			})
+		}
+	}
+	// A semaphore whose permits never expire has nothing to outlast.
+	if _, diags := Parse([]byte("semaphore \"a\" {\n  capacity = 2\n  ttl = \"none\"\n  replicas = 1\n  replica_timeout = \"1m\"\n}\n"), "test.hcl", LoadOptions{}); len(diags) != 0 {
+		t.Fatalf("ttl = \"none\": %v", diags)
 	}
 }

@@ -96,6 +96,7 @@ func (d *decoder) decodeRWLock(b *hcl.Block) {
 			}
 		}
 	}
+	d.warnReplicaTimeout(at, "rwlock", l.Replication, l.TTL)
 	if a := at["prefix"]; a != nil {
 		l.Prefix, _ = d.str(a)
 	}

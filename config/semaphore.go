@@ -109,6 +109,9 @@ func (d *decoder) decodeSemaphore(b *hcl.Block) {
 			}
 		}
 	}
+	if s.TTL != SemaphoreNoExpiry {
+		d.warnReplicaTimeout(at, "semaphore", s.Replication, s.TTL)
+	}
 	if a := at["prefix"]; a != nil {
 		s.Prefix, _ = d.str(a)
 	}
