@@ -213,7 +213,7 @@ func RunFailover(ctx context.Context, run FailoverRun) (FailoverReport, error) {
 					grants = append(grants, FailoverGrant{Resource: res, Key: lk.Key(), Token: lk.Token(), Fence: lk.FencingToken(), Phase: ph, At: at})
 				case errors.Is(err, primitives.ErrNotReplicated):
 					rep.NotReplicated++
-				case runCtx.Err() != nil:
+				case runCtx.Err() != nil || pastDeadline(runCtx):
 					rep.Aborted++ // ctx ended: the caller's, not the deployment's doing
 				default:
 					rep.Failed++
@@ -387,4 +387,13 @@ func (r FailoverReport) ErrorSummary() string {
 		fmt.Fprintf(&b, "%6d %s\n", e.n, e.msg)
 	}
 	return b.String()
+}
+
+// pastDeadline reports whether ctx's deadline has passed, whether or not
+// its timer has fired yet: rueidis fails a command from the deadline
+// itself, and under load the timer that sets ctx.Err() can fire
+// milliseconds later.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

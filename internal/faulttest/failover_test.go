@@ -108,7 +108,7 @@ func TestRunFailoverCountsNotReplicated(t *testing.T) {
 		Lock:     lock.Options{Prefix: "ft:", Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
 	})
 	if err == nil || rep.Acked != 0 || rep.NotReplicated == 0 || rep.Failed != 0 {
-		t.Fatalf("%v, %v", rep, err)
+		t.Fatalf("%v, %v; errors: %v", rep, err, rep.Errors)
 	}
 	if n := s.MustCmd(t, "EVAL", "return #redis.call('KEYS', 'ft:{r*}:lease:*')", "0"); n != "0" {
 		t.Fatalf("%s unconfirmed grants left held", n)
