@@ -127,8 +127,11 @@ type releaser interface {
 
 type primHeld struct{ h releaser }
 
-func (p primHeld) Release(ctx context.Context) error {
-	r, err := p.h.Release(ctx)
+func (p primHeld) Release(ctx context.Context) error { return released(p.h.Release(ctx)) }
+
+// released is a coordhost release's outcome as an error: nil only for
+// primitives.Released.
+func released(r primitives.ReleaseResult, err error) error {
 	if err != nil {
 		return err
 	}

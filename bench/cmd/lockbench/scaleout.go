@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/lease"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/coordhost/coordhost/primitives/ratelimit"
@@ -123,16 +122,6 @@ func c12Keys(tag string, n int) []string {
 		out[i] = tag + ":order:" + strconv.Itoa(i)
 	}
 	return out
-}
-
-func released(r primitives.ReleaseResult, err error) error {
-	if err != nil {
-		return err
-	}
-	if r != primitives.Released {
-		return fmt.Errorf("release: %v", r)
-	}
-	return nil
 }
 
 type c12Lock struct {
