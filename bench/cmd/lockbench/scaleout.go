@@ -588,7 +588,7 @@ func runC12Row(res *c12Results, p *c12Pair, row c12Row, o options, snap func(*to
 }
 
 // matchesAny reports whether name is one of the semicolon-separated
-// names of list (a trailing * matches a prefix), as -setup-rows does.
+// names of list (a trailing * matches a prefix): -setup-rows and -c-rows.
 func matchesAny(name, list string) bool {
 	for f := range strings.SplitSeq(list, ";") {
 		f = strings.TrimSpace(f)

@@ -150,12 +150,8 @@ func setupRows(filter string) []setupRow {
 	}
 	var out []setupRow
 	for _, r := range rows {
-		for f := range strings.SplitSeq(filter, ";") {
-			f = strings.TrimSpace(f)
-			if p, ok := strings.CutSuffix(f, "*"); (ok && strings.HasPrefix(r.name, p)) || (!ok && r.name == f) {
-				out = append(out, r)
-				break
-			}
+		if matchesAny(r.name, filter) {
+			out = append(out, r)
 		}
 	}
 	return out
