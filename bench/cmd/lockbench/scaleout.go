@@ -15,6 +15,7 @@ package main
 // is set (scalereport.go has the report).
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -548,7 +549,7 @@ func runC12Row(res *c12Results, p *c12Pair, row c12Row, o options, snap func(*to
 		_, e1, f1, _ := c12Loop(insts[ti], o.cKeys, o.cConc, 0, 0, true)
 		_, e2, f2, _ := c12Loop(insts[ti], o.cKeys, o.cConc, 1, o.cWarm, false)
 		if e1+e2 > 0 {
-			fatalf("12: %s on %s: warm-up: %d errors, the first: %v", row.name, t.name, e1+e2, cmpOr(f1, f2))
+			fatalf("12: %s on %s: warm-up: %d errors, the first: %v", row.name, t.name, e1+e2, cmp.Or(f1, f2))
 		}
 		r := res.cells[c12Key{row.name, t.name}]
 		r.warm = diffStats(a, snap(t))
@@ -597,13 +598,4 @@ func matchesAny(name, list string) bool {
 		}
 	}
 	return false
-}
-
-func cmpOr(errs ...error) error {
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
 }

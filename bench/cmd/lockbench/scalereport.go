@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -221,7 +222,7 @@ func (c *c12Results) cmdDiff(row string) string {
 		names[n] = true
 	}
 	var parts []string
-	for _, n := range slices.Sorted(mapsKeys(names)) {
+	for _, n := range slices.Sorted(maps.Keys(names)) {
 		if d := k[n] - s[n]; math.Abs(d) > 0.005 {
 			parts = append(parts, fmt.Sprintf("%+.2f `%s`", d, cmdName(n)))
 		}
@@ -236,16 +237,6 @@ func (c *c12Results) cmdDiff(row string) string {
 // INFO (a "|" would also split a Markdown table cell).
 func cmdName(n string) string {
 	return strings.ToUpper(strings.ReplaceAll(n, "|", " "))
-}
-
-func mapsKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // breakdown is a cell's calls per operation by command, largest first.
