@@ -382,6 +382,15 @@ func pctOf(k, n int) string {
 	return fmt.Sprintf("%.1f%%", 100*float64(k)/float64(n))
 }
 
+// alCycles is the cycles per second of each repetition.
+func alCycles(ss []alSample) []float64 {
+	out := make([]float64, len(ss))
+	for i, s := range ss {
+		out[i] = s.cycles
+	}
+	return out
+}
+
 func (r *report) daemonLock(w func(string, ...any)) {
 	o := r.opts
 	x := r.daemon
@@ -397,25 +406,16 @@ func (r *report) daemonLock(w func(string, ...any)) {
 				w(" – |")
 				continue
 			}
-			c := func(s alSample) float64 { return s.cycles }
-			rates := make([]float64, len(ss))
-			for i, s := range ss {
-				rates[i] = s.cycles
-			}
+			rates := alCycles(ss)
 			w(" %s [%s–%s]", num(median(rates)), num(slices.Min(rates)), num(slices.Max(rates)))
 			if hot {
 				w(" (%s)", num(medF(ss, func(s alSample) float64 { return s.attempts })))
 			}
 			if row == alAPI {
 				if e := x.lock[alKey{alEmbedded, hot}]; len(e) > 0 {
-					em := medF(e, c)
-					var q []float64
-					for i := range min(len(ss), len(e)) {
-						if e[i].cycles > 0 {
-							q = append(q, ss[i].cycles/e[i].cycles)
-						}
-					}
-					w("<br>× embedded %.2f / %.2f", median(rates)/em, median(q))
+					em := alCycles(e)
+					_, paired := pairedOf(rates, em)
+					w("<br>× embedded %.2f / %.2f", median(rates)/median(em), paired)
 				}
 			}
 			w(" |")
