@@ -253,9 +253,7 @@ func (t *topology) snapshot() (topoStats, error) {
 				ns.errors[name] = infoSubfield(fields, "count")
 			}
 		}
-		u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
-		sy, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
-		ns.cpu = u + sy
+		ns.cpu = usedCPU(info)
 		if t.cluster() {
 			ci, err := s.clusterInfo()
 			if err != nil {

@@ -254,6 +254,13 @@ func infoField(info, name string) string {
 	return ""
 }
 
+// usedCPU is INFO cpu's used_cpu_user + used_cpu_sys in info, in seconds.
+func usedCPU(info string) float64 {
+	u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
+	s, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
+	return u + s
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

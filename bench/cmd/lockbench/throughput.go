@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strconv"
 	"syscall"
 	"time"
 )
@@ -51,9 +50,7 @@ type tpSample struct {
 func cpuNow(srv *server) (redis, self time.Duration) {
 	if srv != nil {
 		if info, err := srv.do("INFO", "cpu"); err == nil {
-			u, _ := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
-			s, _ := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
-			redis = time.Duration((u + s) * float64(time.Second))
+			redis = time.Duration(usedCPU(info) * float64(time.Second))
 		}
 	}
 	var ru syscall.Rusage
