@@ -127,9 +127,7 @@ func runCycles(srv *server, d *child, cyc lockCycler, conc int, hot bool, warm, 
 	secs := t1.Sub(t0).Seconds()
 	out := alSample{cycles: float64(c1-c0) / secs, attempts: float64(a1-a0) / secs, errs: errs.Load()}
 	if n := float64(c1 - c0); n > 0 {
-		out.daemonCPU = float64((s1.server - s0.server).Nanoseconds()) / 1e3 / n
-		out.redisCPU = float64((s1.redis - s0.redis).Nanoseconds()) / 1e3 / n
-		out.selfCPU = float64((s1.self - s0.self).Nanoseconds()) / 1e3 / n
+		out.daemonCPU, out.redisCPU, out.selfCPU = s0.usPer(s1, n)
 	}
 	out.allocPerCycle, out.gcPerSec = allocGC(s0, s1, c1-c0, t1.Sub(t0))
 	if p := firstErr.Load(); p != nil {

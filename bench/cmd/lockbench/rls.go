@@ -112,6 +112,13 @@ func takeCPU(srv *server, c *child) cpuSnap {
 	return out
 }
 
+// usPer is the CPU µs per unit the service, Redis and this program used
+// from a to b, over n units.
+func (a cpuSnap) usPer(b cpuSnap, n float64) (server, redis, self float64) {
+	us := func(x, y time.Duration) float64 { return float64((y - x).Nanoseconds()) / 1e3 / n }
+	return us(a.server, b.server), us(a.redis, b.redis), us(a.self, b.self)
+}
+
 // allocGC is the daemon's allocation per unit and GCs per second between
 // two snapshots; -1 each when unknown.
 func allocGC(a, b cpuSnap, n int64, d time.Duration) (alloc, gcs float64) {
@@ -197,8 +204,7 @@ func openLoop(srv *server, t *rlsTarget, rate int, warm, dur time.Duration) rlsS
 	for i, p := range []float64{50, 99, 99.9, 100} {
 		s.lat[i], s.svc[i], s.lag[i] = pct(lat, p), pct(svc, p), pct(lag, p)
 	}
-	per := func(a, b time.Duration) float64 { return float64((b - a).Nanoseconds()) / 1e3 / float64(nMeas) }
-	s.serverCPU, s.redisCPU, s.genCPU = per(snap0.server, snap1.server), per(snap0.redis, snap1.redis), per(snap0.self, snap1.self)
+	s.serverCPU, s.redisCPU, s.genCPU = snap0.usPer(snap1, float64(nMeas))
 	s.allocPerReq, s.gcPerSec = allocGC(snap0, snap1, int64(nMeas), s.elapsed)
 	return s
 }
@@ -258,9 +264,7 @@ func closedLoop(srv *server, t *rlsTarget, warm, dur time.Duration) rlsCapacity 
 	wg.Wait()
 	c := rlsCapacity{rate: float64(n.Load()) / el.Seconds(), p50: pct(lats, 50), p99: pct(lats, 99), errs: errs.Load()}
 	if k := float64(n.Load()); k > 0 {
-		c.serverCPU = float64((s1.server - s0.server).Nanoseconds()) / 1e3 / k
-		c.redisCPU = float64((s1.redis - s0.redis).Nanoseconds()) / 1e3 / k
-		c.genCPU = float64((s1.self - s0.self).Nanoseconds()) / 1e3 / k
+		c.serverCPU, c.redisCPU, c.genCPU = s0.usPer(s1, k)
 	}
 	if p := firstErr.Load(); p != nil {
 		c.firstErr = *p
