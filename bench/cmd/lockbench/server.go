@@ -74,13 +74,9 @@ func startServerArgs(bin string, cluster bool) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var extra []string
-	if cluster {
-		extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"}
-	}
 	var lastErr error
 	for range 10 {
-		s, err := launch(bin, dir, cluster, extra)
+		s, err := launch(bin, dir, cluster)
 		if err == nil {
 			return s, nil
 		}
@@ -90,16 +86,17 @@ func startServerArgs(bin string, cluster bool) (*server, error) {
 	return nil, fmt.Errorf("start %s: %w", bin, lastErr)
 }
 
-func launch(bin, dir string, cluster bool, extra []string) (*server, error) {
-	port, err := freePort()
+func launch(bin, dir string, cluster bool) (*server, error) {
+	pick := freePort
 	if cluster {
-		port, err = clusterPort()
+		pick = clusterPort
 	}
+	port, err := pick()
 	if err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(dir, "server.log")
-	cmd := exec.Command(bin, append([]string{
+	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -107,7 +104,11 @@ func launch(bin, dir string, cluster bool, extra []string) (*server, error) {
 		"--daemonize", "no",
 		"--dir", dir,
 		"--logfile", logPath,
-	}, extra...)...)
+	}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+	}
+	cmd := exec.Command(bin, args...)
 	// Kill the server with us if we die without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
