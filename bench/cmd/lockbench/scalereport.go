@@ -284,10 +284,11 @@ func (r *report) scaleTargets(w func(string, ...any)) {
 			warmAsk += wa
 			ops += x.totalOps()
 		}
-		keyDevs = append(keyDevs, maxDev(k.keyShares(c12Masters)))
-		if maxDev(k.keyShares(c12Masters)) > c12SpreadDev {
+		ks := k.keyShares(c12Masters)
+		keyDevs = append(keyDevs, maxDev(ks))
+		if maxDev(ks) > c12SpreadDev {
 			keyOK = false
-			keySpread = append(keySpread, fmt.Sprintf("%s %s", row.name, pctList(k.keyShares(c12Masters))))
+			keySpread = append(keySpread, fmt.Sprintf("%s %s", row.name, pctList(ks)))
 		}
 		if row.control {
 			continue
@@ -300,14 +301,14 @@ func (r *report) scaleTargets(w func(string, ...any)) {
 		} else {
 			cmds = append(cmds, fmt.Sprintf("%s %.2f vs **%.2f** (%s)", row.name, sp, kp, c.cmdDiff(row.name)))
 		}
-		dev := maxDev(k.nodeShares())
-		ok := dev <= c12SpreadDev
+		ns := k.nodeShares()
+		ok := maxDev(ns) <= c12SpreadDev
 		cmdOK = cmdOK && ok
 		mark := ""
 		if !ok {
 			mark = " (miss)"
 		}
-		cmdSpread = append(cmdSpread, fmt.Sprintf("%s %s%s", row.name, pctList(k.nodeShares()), mark))
+		cmdSpread = append(cmdSpread, fmt.Sprintf("%s %s%s", row.name, pctList(ns), mark))
 		om, pm, _ := c.ratio(row.name)
 		ok = om >= c12RatioGoal && pm >= c12RatioGoal
 		ratioOK = ratioOK && ok
