@@ -27,7 +27,7 @@ func spliceSection(old, md, sec, headerRow string) (string, error) {
 		}
 	}
 	lines := strings.Split(old, "\n")
-	if !slicesContainsPrefix(lines, "## Targets") {
+	if s, _ := blockRange(lines, "## Targets"); s < 0 {
 		return "", errors.New("the report to splice into has no Targets table")
 	}
 
@@ -116,13 +116,4 @@ func sectionBlock(lines []string, prefix string) []string {
 		return nil
 	}
 	return lines[s:e]
-}
-
-func slicesContainsPrefix(lines []string, prefix string) bool {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
 }
