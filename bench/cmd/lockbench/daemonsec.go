@@ -252,7 +252,7 @@ func (r *report) sectionDaemon(w func(string, ...any)) {
 		w("; here `-coordhost-bin %s`", x.coordhostBin)
 	}
 	w(") runs as a child process, `-listen 127.0.0.1:0`, cleartext HTTP/2 (h2c), against the Redis %s server above (`key_prefix = \"ch:\"`, the client cache on: the defaults); clients are grpc-go (`google.golang.org/grpc`) in this program. ", r.server.version)
-	w("The Go program, the daemon(s) and Redis share the machine's %d CPUs. Load average over the section: %s at its start, %s at its end (readings taken while it runs include its own processes: the generator, the service and Redis keep several threads runnable during a cell); it took %v.\n\n", runtimeCPUs(), x.loadStart, x.loadEnd, x.elapsed.Round(time.Second))
+	w("The Go program, the daemon(s) and Redis share the machine's %d CPUs. Load average over the section: %s at its start, %s at its end (readings taken while it runs include its own processes: the generator, the service and Redis keep several threads runnable during a cell); it took %v.\n\n", runtime.NumCPU(), x.loadStart, x.loadEnd, x.elapsed.Round(time.Second))
 	if x.rls != nil {
 		r.daemonRLS(w)
 	}
@@ -369,7 +369,7 @@ func (r *report) daemonRLS(w func(string, ...any)) {
 		red := medF(cs, func(c rlsCapacity) float64 { return c.redisCPU })
 		gen := medF(cs, func(c rlsCapacity) float64 { return c.genCPU })
 		w("- %s: at its capacity here, %s requests/s, a request cost %.0f µs of CPU in the service, %.0f in Redis and %.0f in the generator; %d requests/s at that cost would take %.1f CPUs (the machine has %d, shared with other work).\n",
-			srv, num(median(rates)), cpu, red, gen, rlsGoalRate, (cpu+red+gen)*rlsGoalRate/1e6, runtimeCPUs())
+			srv, num(median(rates)), cpu, red, gen, rlsGoalRate, (cpu+red+gen)*rlsGoalRate/1e6, runtime.NumCPU())
 	}
 	w("\n")
 }
@@ -485,6 +485,3 @@ func (r *report) daemonMem(w func(string, ...any)) {
 	}
 	w("\n")
 }
-
-// runtimeCPUs is the machine's CPU count, as the report header gives it.
-func runtimeCPUs() int { return runtime.NumCPU() }
