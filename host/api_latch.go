@@ -102,10 +102,6 @@ func (s latchService) latch(ctx context.Context, name string) (*Latch, error) {
 // latchError maps an error of a latch call on name to a status.
 func latchError(ctx context.Context, name string, err error) error {
 	switch {
-	case errors.Is(err, ErrNoLatch):
-		// Without the configuration's path: clients need not know it.
-		return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", name,
-			fmt.Errorf("no latch %q is configured", name))
 	case errors.Is(err, latch.ErrExists):
 		return apiError(connect.CodeAlreadyExists, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)
 	case errors.Is(err, latch.ErrNotFound):
@@ -117,10 +113,12 @@ func latchError(ctx context.Context, name string, err error) error {
 	case errors.Is(err, ErrLatchChanged):
 		return apiError(connect.CodeAborted, coordhostv1.Reason_REASON_UNSPECIFIED, "", name, err)
 	}
-	// The rest as for grants: partition failures name "attributes", a
-	// lost write reply is Unknown (REASON_OUTCOME_UNKNOWN), the call's
-	// end is its own status, someone else's data under the key is
-	// FailedPrecondition, the rest Unavailable.
+	// The rest as for grants: a name no latch block has is NotFound
+	// (REASON_NAME_NOT_CONFIGURED, without the configuration's path),
+	// partition failures name "attributes", a lost write reply is Unknown
+	// (REASON_OUTCOME_UNKNOWN), the call's end is its own status, someone
+	// else's data under the key is FailedPrecondition, the rest
+	// Unavailable.
 	return grantError(ctx, "latch", name, connect.CodeAborted, err)
 }
 
