@@ -130,7 +130,7 @@ func (s rwlockService) Hold(ctx context.Context, req *connect.Request[coordhostv
 	}
 	return s.h.hold(ctx, g, func(gr *coordhostv1.Grant) error {
 		return st.Send(&coordhostv1.HoldRWLockResponse{Grant: gr, Mode: modeOf(g)})
-	}, func() bool { return s.h.configured(g.ref.Kind, g.ref.Name) })
+	})
 }
 
 // semaphoreService serves coordhost.v1.SemaphoreService on the `semaphore`
@@ -213,7 +213,7 @@ func (s semaphoreService) Hold(ctx context.Context, req *connect.Request[coordho
 	}
 	return s.h.hold(ctx, g, func(gr *coordhostv1.Grant) error {
 		return st.Send(&coordhostv1.HoldSemaphoreResponse{Grant: gr, Capacity: c})
-	}, func() bool { return s.h.configured(g.ref.Kind, g.ref.Name) })
+	})
 }
 
 // semaphoreAcquire is the Semaphores method of an attempt (try) or a wait.
@@ -311,5 +311,5 @@ func (s leaseService) Hold(ctx context.Context, req *connect.Request[coordhostv1
 	}
 	return s.h.hold(ctx, g, func(gr *coordhostv1.Grant) error {
 		return st.Send(&coordhostv1.HoldLeaseResponse{Grant: gr})
-	}, func() bool { return s.h.configured(g.ref.Kind, g.ref.Name) })
+	})
 }

@@ -134,7 +134,7 @@ func (s lockService) Hold(ctx context.Context, req *connect.Request[coordhostv1.
 	}
 	return s.h.hold(ctx, g, func(gr *coordhostv1.Grant) error {
 		return st.Send(&coordhostv1.HoldLockResponse{Grant: gr})
-	}, func() bool { return s.h.configured(g.ref.Kind, g.ref.Name) })
+	})
 }
 
 // configured reports whether the configuration in use has a block of

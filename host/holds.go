@@ -86,11 +86,10 @@ func (s *holdSet) drain() {
 
 // hold keeps g for as long as ctx (the stream) lasts: it sends g, then
 // renews it every third of its TTL and sends each renewal, and releases
-// it when the stream ends, for whatever reason. configured reports
-// whether the block that granted it is still configured (a reload that
-// removes it ends the Hold). The stream runs on the handler's goroutine:
-// no goroutine of its own.
-func (h *Host) hold(ctx context.Context, g *held, send func(*coordhostv1.Grant) error, configured func() bool) error {
+// it when the stream ends, for whatever reason. A reload that removes
+// the block that granted it ends the Hold. The stream runs on the
+// handler's goroutine: no goroutine of its own.
+func (h *Host) hold(ctx context.Context, g *held, send func(*coordhostv1.Grant) error) error {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if !h.holds.add(g.ref.Token, g, cancel) {
@@ -117,7 +116,7 @@ func (h *Host) hold(ctx context.Context, g *held, send func(*coordhostv1.Grant) 
 			return grantLost(g.ref.Name)
 		case <-t.C:
 		}
-		if !configured() {
+		if !h.configured(g.ref.Kind, g.ref.Name) {
 			return apiError(connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "", g.ref.Name,
 				errors.New("a reload removed the block; the grant was released"))
 		}
