@@ -48,14 +48,6 @@ const (
 // DeadlineExceeded with the call.
 type latchService struct{ h *Host }
 
-// latchFields checks the fields every LatchService request carries.
-func latchFields(name string, attrs map[string]string) *connect.Error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	return checkAttributes(name, attrs)
-}
-
 // checkLatchCount checks a Create or Reset count.
 func checkLatchCount(name string, n int64) *connect.Error {
 	switch {
@@ -155,7 +147,7 @@ func (s latchService) Reset(ctx context.Context, req *connect.Request[coordhostv
 // set serves Create and Reset.
 func (s latchService) set(ctx context.Context, op latchOp, name string, attrs map[string]string, count int64,
 	fn func(*latch.Latches, context.Context, string, int64) (*latch.Latch, error)) (*coordhostv1.LatchState, error) {
-	if err := latchFields(name, attrs); err != nil {
+	if err := checkNameAttributes(name, attrs); err != nil {
 		return nil, err
 	}
 	if err := checkLatchCount(name, count); err != nil {
@@ -179,7 +171,7 @@ func (s latchService) set(ctx context.Context, op latchOp, name string, attrs ma
 func (s latchService) Join(ctx context.Context, req *connect.Request[coordhostv1.JoinLatchRequest]) (*connect.Response[coordhostv1.JoinLatchResponse], error) {
 	m := req.Msg
 	name := m.GetName()
-	if err := latchFields(name, m.GetAttributes()); err != nil {
+	if err := checkNameAttributes(name, m.GetAttributes()); err != nil {
 		return nil, err
 	}
 	l, err := s.latch(ctx, name)
@@ -220,7 +212,7 @@ func (l *Latch) current(ctx context.Context, attrs map[string]string) (*latch.La
 func (s latchService) CountDown(ctx context.Context, req *connect.Request[coordhostv1.CountDownLatchRequest]) (*connect.Response[coordhostv1.CountDownLatchResponse], error) {
 	m := req.Msg
 	name := m.GetName()
-	if err := latchFields(name, m.GetAttributes()); err != nil {
+	if err := checkNameAttributes(name, m.GetAttributes()); err != nil {
 		return nil, err
 	}
 	if err := checkGeneration(name, m.GetGeneration(), true); err != nil {
@@ -250,7 +242,7 @@ func (s latchService) CountDown(ctx context.Context, req *connect.Request[coordh
 func (s latchService) Count(ctx context.Context, req *connect.Request[coordhostv1.CountLatchRequest]) (*connect.Response[coordhostv1.CountLatchResponse], error) {
 	m := req.Msg
 	name, gen := m.GetName(), m.GetGeneration()
-	if err := latchFields(name, m.GetAttributes()); err != nil {
+	if err := checkNameAttributes(name, m.GetAttributes()); err != nil {
 		return nil, err
 	}
 	if err := checkGeneration(name, gen, false); err != nil {
@@ -291,7 +283,7 @@ func (s latchService) Count(ctx context.Context, req *connect.Request[coordhostv
 func (s latchService) Delete(ctx context.Context, req *connect.Request[coordhostv1.DeleteLatchRequest]) (*connect.Response[coordhostv1.DeleteLatchResponse], error) {
 	m := req.Msg
 	name := m.GetName()
-	if err := latchFields(name, m.GetAttributes()); err != nil {
+	if err := checkNameAttributes(name, m.GetAttributes()); err != nil {
 		return nil, err
 	}
 	if err := checkGeneration(name, m.GetGeneration(), false); err != nil {
@@ -335,7 +327,7 @@ func errLatchWaitDraining(name string) error {
 func (s latchService) Wait(ctx context.Context, req *connect.Request[coordhostv1.WaitLatchRequest], stream *connect.ServerStream[coordhostv1.WaitLatchResponse]) error {
 	m := req.Msg
 	name, gen, attrs := m.GetName(), m.GetGeneration(), m.GetAttributes()
-	if err := latchFields(name, attrs); err != nil {
+	if err := checkNameAttributes(name, attrs); err != nil {
 		return err
 	}
 	if err := checkGeneration(name, gen, true); err != nil {

@@ -25,10 +25,7 @@ type lockService struct{ h *Host }
 // grantFields checks what every acquisition request carries. wait may be
 // nil (TryAcquire).
 func grantFields(name string, attrs map[string]string, wait *durationpb.Duration, session string) (apiWait, *connect.Error) {
-	if err := checkName(name); err != nil {
-		return apiWait{}, err
-	}
-	if err := checkAttributes(name, attrs); err != nil {
+	if err := checkNameAttributes(name, attrs); err != nil {
 		return apiWait{}, err
 	}
 	if session != "" {

@@ -94,6 +94,15 @@ func checkAttributes(name string, attrs map[string]string) *connect.Error {
 	return nil
 }
 
+// checkNameAttributes checks the name and attributes that every request
+// naming a block carries (checkName, then checkAttributes).
+func checkNameAttributes(name string, attrs map[string]string) *connect.Error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	return checkAttributes(name, attrs)
+}
+
 // rateLimitService serves coordhost.v1.RateLimitService.
 type rateLimitService struct{ h *Host }
 
@@ -112,11 +121,8 @@ type rateLimitService struct{ h *Host }
 // false); without a queue block it decides at once.
 func (s rateLimitService) Check(ctx context.Context, req *connect.Request[coordhostv1.CheckRateLimitRequest]) (*connect.Response[coordhostv1.CheckRateLimitResponse], error) {
 	m := req.Msg
-	if err := checkName(m.GetName()); err != nil {
-		return nil, err
-	}
 	name := m.GetName()
-	if err := checkAttributes(name, m.GetAttributes()); err != nil {
+	if err := checkNameAttributes(name, m.GetAttributes()); err != nil {
 		return nil, err
 	}
 	cost := m.GetCost()
