@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -359,13 +358,7 @@ func TestAPILockHoldReleasedByIDMetrics(t *testing.T) {
 	for st.Receive() {
 	}
 	st.Close()
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	text := scrapeAt(t, hc, url)
 	if v := metricValue(text, `coordhost_lock_releases_total{lock="invoice",result="released"}`); v != 1 {
 		t.Errorf("released = %v\n%s", v, grep(text, "coordhost_lock_"))
 	}
@@ -403,13 +396,7 @@ func TestAPIGrantOpsMetrics(t *testing.T) {
 	}
 	c.sess.RenewSession(ctx, connect.NewRequest(&coordhostv1.RenewSessionRequest{SessionId: sid}))
 	c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid}))
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	text := scrapeAt(t, hc, url)
 	for series, want := range map[string]float64{
 		`coordhost_api_grant_operations_total{kind="lock",op="renew",result="renewed",via="grant_id"}`:            1,
 		`coordhost_api_grant_operations_total{kind="lock",op="renew",result="lost",via="grant_id"}`:               1,

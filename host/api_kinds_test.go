@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -505,14 +504,9 @@ func TestAPIUnconfiguredNamesMakeNoSeries(t *testing.T) {
 	if strings.Contains(err.Error(), "host:") || !strings.Contains(err.Error(), `no rwlock "`+made+`" is configured`) {
 		t.Errorf("NotFound message: %v", err)
 	}
-	resp, err := hc.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeAt(t, hc, url)
 	for _, name := range []string{made, `lock="slot"`} {
-		if strings.Contains(string(body), name) {
+		if strings.Contains(body, name) {
 			t.Errorf("/metrics has a series for %s", name)
 		}
 	}
