@@ -38,11 +38,7 @@ func TestAPILockSession(t *testing.T) {
 	defer cancel()
 	c := newLockClients(hc, url, connect.WithGRPC())
 
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(5 * time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, 5*time.Second)
 	a, err := c.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
 	if err != nil {
 		t.Fatal(err)
@@ -109,11 +105,7 @@ func TestAPILockSession(t *testing.T) {
 	}
 
 	// A full session refuses the next grant and holds nothing more.
-	cs, err = c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid = cs.Msg.GetSession().GetSessionId()
+	sid = newSession(t, ctx, c.sess, 30*time.Second)
 	for i := range 64 {
 		if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "tenant", SessionId: sid,
 			Attributes: map[string]string{"tenant": fmt.Sprint(i)}})); err != nil {
@@ -132,14 +124,11 @@ func TestAPILockSession(t *testing.T) {
 	}
 
 	// Without renewals the session and its grant expire together.
-	cs, err = c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Second)}))
-	if err != nil {
+	sid = newSession(t, ctx, c.sess, time.Second)
+	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: cs.Msg.GetSession().GetSessionId()})); err != nil {
-		t.Fatal(err)
-	}
-	sp, lp := pttlOf(t, s, sessionKey(cs.Msg.GetSession().GetSessionId())), pttlOf(t, s, "m:coordhost:lock:invoice")
+	sp, lp := pttlOf(t, s, sessionKey(sid)), pttlOf(t, s, "m:coordhost:lock:invoice")
 	if lp > sp+50 || lp < sp-100 {
 		t.Fatalf("the lock's PTTL %d is not the session's %d", lp, sp)
 	}
@@ -204,16 +193,13 @@ func TestAPILockHold(t *testing.T) {
 	free("after Release")
 
 	// CloseSession ends a session's Hold at once.
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short", SessionId: cs.Msg.GetSession().GetSessionId()}))
+	sid := newSession(t, ctx, c.sess, 30*time.Second)
+	st, err = c.lock.Hold(ctx, connect.NewRequest(&coordhostv1.HoldLockRequest{Name: "short", SessionId: sid}))
 	if err != nil || !st.Receive() {
 		t.Fatal(err, st.Err())
 	}
 	start = time.Now()
-	if _, err := c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: cs.Msg.GetSession().GetSessionId()})); err != nil {
+	if _, err := c.sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid})); err != nil {
 		t.Fatal(err)
 	}
 	for st.Receive() {
@@ -284,11 +270,7 @@ func TestAPISessionGrantsRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a := newLockClients(hcA, urlA, connect.WithGRPC())
-	cs, err := a.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, a.sess, 10*time.Second)
 	got, err := a.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
 	if err != nil {
 		t.Fatal(err)
@@ -386,11 +368,7 @@ func TestAPIGrantOpsMetrics(t *testing.T) {
 	c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: id}))
 	c.lock.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: id}))
 	c.lock.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: id}))
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, 0)
 	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid})); err != nil {
 		t.Fatal(err)
 	}

@@ -147,11 +147,7 @@ func TestHostileSessionGrantOutlivesSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := newLockClients(hc, url, connect.WithGRPC())
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, time.Second)
 	a, err := c.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
 	if err != nil {
 		t.Fatal(err)
@@ -243,11 +239,7 @@ func TestHostileSessionQuotaEvadedByAttach(t *testing.T) {
 	defer cancel()
 	c := newLockClients(withToken(hc, hostileSecrets["victim"]), url, connect.WithGRPC())
 
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, time.Second)
 	if _, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Second)})); connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("second session at once: %v, want ResourceExhausted", err)
 	}
@@ -362,11 +354,7 @@ func TestHostileFullSessionAcquiresFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newLockClients(hc, url, connect.WithGRPC())
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, time.Minute)
 	for i := range host.MaxSessionGrants {
 		if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{
 			Name: "tenant", Attributes: map[string]string{"tenant": fmt.Sprint(i)}, SessionId: sid})); err != nil {
@@ -375,7 +363,7 @@ func TestHostileFullSessionAcquiresFirst(t *testing.T) {
 	}
 	before := s.MustCmd(t, "KEYS", "m:*invoice*")
 	for range 3 {
-		_, err = c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid}))
+		_, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid}))
 		wantCode(t, "65th grant", err, connect.CodeResourceExhausted, coordhostv1.Reason_REASON_CLIENT_LIMIT, "session_id")
 	}
 	after := s.MustCmd(t, "KEYS", "m:*invoice*")
@@ -541,11 +529,7 @@ func TestHostileSessionRenewsRevokedName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := newLockClients(withToken(hc, hostileSecrets["victim"]), url, connect.WithGRPC())
-	cs, err := c.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, c.sess, 10*time.Second)
 	a, err := c.lock.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLockRequest{Name: "invoice", SessionId: sid}))
 	if err != nil {
 		t.Fatal(err)
@@ -879,11 +863,8 @@ func TestHostileHeldForgedGrantIDs(t *testing.T) {
 	}
 	// A session of the attacker's own, used with the victim's name, and
 	// the victim's session used by the attacker.
-	cs, err := victim.sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = attacker.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "short", SessionId: cs.Msg.GetSession().GetSessionId()}))
+	sid := newSession(t, ctx, victim.sess, 0)
+	_, err = attacker.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "short", SessionId: sid}))
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("the attacker acquiring in the victim's session: %v", err)
 	}
@@ -911,11 +892,8 @@ func TestHostileSessionTTLAboveMaxTTLBlamesTTL(t *testing.T) {
 	defer cancel()
 	ss := coordhostv1connect.NewSessionServiceClient(hc, url, connect.WithGRPC())
 	ls := coordhostv1connect.NewLeaseServiceClient(hc, url, connect.WithGRPC())
-	cs, err := ss.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(2 * time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ls.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLeaseRequest{Name: "jobs", Field: "nightly", SessionId: cs.Msg.GetSession().GetSessionId()}))
+	sid := newSession(t, ctx, ss, 2*time.Minute)
+	_, err := ls.Acquire(ctx, connect.NewRequest(&coordhostv1.AcquireLeaseRequest{Name: "jobs", Field: "nightly", SessionId: sid}))
 	if d := errDetail(t, err); d != nil && d.Field == "ttl" {
 		t.Errorf("a lease in a 2m session (max_ttl 1m) is refused naming \"ttl\", which the request did not set: %v", err)
 	}

@@ -293,11 +293,7 @@ func TestAPIGrantKinds(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 
-				cs, err := sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(5 * time.Second)}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				sid := cs.Msg.GetSession().GetSessionId()
+				sid := newSession(t, ctx, sess, 5*time.Second)
 				sg, err := api.acquire(ctx, sid, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -388,20 +384,12 @@ func TestAPIGrantKindsBadInput(t *testing.T) {
 	sem := coordhostv1connect.NewSemaphoreServiceClient(hc, url, connect.WithGRPC())
 	lk := coordhostv1connect.NewLockServiceClient(hc, url, connect.WithGRPC())
 	sess := coordhostv1connect.NewSessionServiceClient(hc, url, connect.WithGRPC())
-	cs, err := sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := cs.Msg.GetSession().GetSessionId()
+	sid := newSession(t, ctx, sess, 0)
 	lockGrant, err := lk.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := sess.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	longSession := long.Msg.GetSession().GetSessionId()
+	longSession := newSession(t, ctx, sess, 10*time.Minute)
 	dbsize := s.MustCmd(t, "DBSIZE")
 
 	leaseTry := func(m *coordhostv1.TryAcquireLeaseRequest) error {

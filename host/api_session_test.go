@@ -33,6 +33,21 @@ func wantNotFound(t *testing.T, what string, err error) {
 	}
 }
 
+// newSession creates a session with ttl (0: the daemon's default) through
+// c and returns its id.
+func newSession(t *testing.T, ctx context.Context, c coordhostv1connect.SessionServiceClient, ttl time.Duration) string {
+	t.Helper()
+	req := &coordhostv1.CreateSessionRequest{}
+	if ttl != 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	cr, err := c.CreateSession(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr.Msg.GetSession().GetSessionId()
+}
+
 // waitGone polls GetSession until the session is gone, for up to 15s.
 func waitGone(t *testing.T, ctx context.Context, c coordhostv1connect.SessionServiceClient, id string) {
 	t.Helper()

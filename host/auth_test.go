@@ -360,11 +360,7 @@ func TestAuthStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := coordhostv1connect.NewSessionServiceClient(withToken(hc, appSecret), url, connect.WithGRPC())
-	cr, err := c.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := cr.Msg.GetSession().GetSessionId()
+	id := newSession(t, ctx, c, 0)
 
 	// app has 2 streams; the third is refused at once.
 	sctx, scancel := context.WithCancel(ctx)
@@ -372,7 +368,7 @@ func TestAuthStreams(t *testing.T) {
 	keepAlive(t, ctx, c, id)
 	third := c.KeepAlive(ctx)
 	third.Send(&coordhostv1.KeepAliveRequest{SessionId: id})
-	_, err = third.Receive()
+	_, err := third.Receive()
 	if d := errDetail(t, err); connect.CodeOf(err) != connect.CodeResourceExhausted || d == nil || d.Reason != coordhostv1.Reason_REASON_CLIENT_LIMIT ||
 		!strings.Contains(err.Error(), "max_streams") {
 		t.Fatalf("third stream: %v (detail %v)", err, d)
@@ -382,11 +378,7 @@ func TestAuthStreams(t *testing.T) {
 	// Another token's streams are counted apart (on its own session: a
 	// session belongs to the token that created it).
 	rc := coordhostv1connect.NewSessionServiceClient(withToken(hc, readerSecret), url, connect.WithGRPC())
-	rcr, err := rc.CreateSession(ctx, connect.NewRequest(&coordhostv1.CreateSessionRequest{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rid := rcr.Msg.GetSession().GetSessionId()
+	rid := newSession(t, ctx, rc, 0)
 	keepAlive(t, ctx, rc, rid)
 	// A stream that ends gives its place back.
 	scancel()
