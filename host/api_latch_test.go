@@ -16,7 +16,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/redis/rueidis"
 
-	"github.com/coordhost/coordhost/config"
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
 	"github.com/coordhost/coordhost/gen/coordhost/v1/coordhostv1connect"
 	"github.com/coordhost/coordhost/host"
@@ -40,31 +39,6 @@ latch "tenant" {
 
 // latchKey is the Redis key of latch key (name, or name/partition).
 func latchKey(key string) string { return "m:coordhost:latch:" + key }
-
-// newLatchHost is newHost with opts (its logger, cache and drain timeout
-// set as newHost sets them).
-func newLatchHost(t *testing.T, path string, opts host.Options) *host.Host {
-	t.Helper()
-	cfg, diags := config.Load(path, config.LoadOptions{})
-	if diags.HasErrors() {
-		t.Fatal(diags.Error())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	opts.WasmCacheDir, opts.Logger, opts.DrainTimeout = t.TempDir(), quietLogger(t), 2*time.Second
-	h, err := host.New(ctx, cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := h.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
-	return h
-}
 
 // latchWait is an open Wait stream, read by a goroutine of its own.
 type latchWait struct {
@@ -392,7 +366,7 @@ func TestAPILatchLifecycle(t *testing.T) {
 // Unavailable.
 func TestAPILatchWaitEnds(t *testing.T) {
 	s := redistest.Start(t)
-	h := newLatchHost(t, rateLimitConfig(t, s.Addr, 3, latchBlocks), host.Options{WaitHeartbeat: 100 * time.Millisecond})
+	h := newHostWith(t, rateLimitConfig(t, s.Addr, 3, latchBlocks), host.Options{WaitHeartbeat: 100 * time.Millisecond})
 	url, hc := apiServer(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -677,7 +651,7 @@ func TestAPILatchLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(client.Close)
-	h := newLatchHost(t, rateLimitConfig(t, s.Addr, 3, latchBlocks), host.Options{Client: client})
+	h := newHostWith(t, rateLimitConfig(t, s.Addr, 3, latchBlocks), host.Options{Client: client})
 	url, hc := apiServer(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

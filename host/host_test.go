@@ -124,13 +124,21 @@ lock "invoice" {
 
 func newHost(t *testing.T, path string) *host.Host {
 	t.Helper()
+	return newHostWith(t, path, host.Options{})
+}
+
+// newHostWith is newHost with opts, whose cache directory, logger and
+// drain timeout it sets as newHost does; the Host shuts down at cleanup.
+func newHostWith(t *testing.T, path string, opts host.Options) *host.Host {
+	t.Helper()
 	cfg, diags := config.Load(path, config.LoadOptions{})
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := host.New(ctx, cfg, host.Options{WasmCacheDir: t.TempDir(), Logger: quietLogger(t), DrainTimeout: 2 * time.Second})
+	opts.WasmCacheDir, opts.Logger, opts.DrainTimeout = t.TempDir(), quietLogger(t), 2*time.Second
+	h, err := host.New(ctx, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
