@@ -208,11 +208,8 @@ func TestMissingBinary(t *testing.T) {
 		"StartSentinel": func(t testing.TB) { StartSentinel(t, 1, Version(8)) },
 		"StartCluster":  func(t testing.TB) { StartCluster(t, 2, Version(8), WithReplicas(1)) },
 	} {
-		ft := &fatalTB{TB: t}
-		wg.Go(func() { f(ft) })
-		wg.Wait()
-		if !strings.Contains(ft.msg, "/nonexistent/redis-server") {
-			t.Errorf("%s: Fatalf message = %q", name, ft.msg)
+		if msg := fatalOf(t, f); !strings.Contains(msg, "/nonexistent/redis-server") {
+			t.Errorf("%s: Fatalf message = %q", name, msg)
 		}
 	}
 }

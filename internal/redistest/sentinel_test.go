@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -168,12 +167,8 @@ func TestTopologyMisuse(t *testing.T) {
 		{"Sentinel.Failover without replicas", func(t testing.TB) { lone().Failover(t) }, "needs a running replica"},
 		{"Sentinel.KillPrimary without replicas", func(t testing.TB) { lone().KillPrimary(t) }, "needs a running replica"},
 	} {
-		ft := &fatalTB{TB: t}
-		var wg sync.WaitGroup
-		wg.Go(func() { tc.f(ft) })
-		wg.Wait()
-		if !strings.Contains(ft.msg, tc.want) {
-			t.Errorf("%s: Fatalf message %q, want it to contain %q", tc.name, ft.msg, tc.want)
+		if msg := fatalOf(t, tc.f); !strings.Contains(msg, tc.want) {
+			t.Errorf("%s: Fatalf message %q, want it to contain %q", tc.name, msg, tc.want)
 		}
 	}
 }
