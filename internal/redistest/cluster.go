@@ -261,15 +261,9 @@ func (c *Cluster) check(want string) string {
 		}
 	}
 	for i, reps := range c.Replicas {
-		port := strconv.Itoa(c.Servers[i].Port)
 		for _, r := range reps {
-			info, err := r.Do(ctx, "INFO", "replication").ToString()
-			if err != nil {
-				return fmt.Sprintf("%s: INFO replication: %v", r.Addr, err)
-			}
-			if infoField(info, "role") != "slave" || infoField(info, "master_port") != port || infoField(info, "master_link_status") != "up" {
-				return fmt.Sprintf("%s is not an in-sync replica of %s: role %s, master_port %s, master_link_status %s", r.Addr, c.Servers[i].Addr,
-					infoField(info, "role"), infoField(info, "master_port"), infoField(info, "master_link_status"))
+			if problem := replicaProblem(ctx, r, c.Servers[i]); problem != "" {
+				return problem
 			}
 		}
 	}

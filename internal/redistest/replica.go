@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -78,6 +80,21 @@ func field(entry, name string) string {
 		if v, ok := strings.CutPrefix(kv, name+"="); ok {
 			return v
 		}
+	}
+	return ""
+}
+
+// replicaProblem returns "" when r reports itself an in-sync replica of
+// primary (INFO replication: role slave, primary's port, link up), else
+// what is wrong.
+func replicaProblem(ctx context.Context, r, primary *Server) string {
+	info, err := r.Do(ctx, "INFO", "replication").ToString()
+	if err != nil {
+		return fmt.Sprintf("%s: INFO replication: %v", r.Addr, err)
+	}
+	role, port, link := infoField(info, "role"), infoField(info, "master_port"), infoField(info, "master_link_status")
+	if role != "slave" || port != strconv.Itoa(primary.Port) || link != "up" {
+		return fmt.Sprintf("%s is not an in-sync replica of %s: role %s, master_port %s, master_link_status %s", r.Addr, primary.Addr, role, port, link)
 	}
 	return ""
 }

@@ -333,13 +333,8 @@ func (st *Sentinel) check() string {
 	primaryPort := strconv.Itoa(st.primary.Port)
 	replicas := st.Replicas()
 	for _, r := range replicas {
-		info, err := r.Do(ctx, "INFO", "replication").ToString()
-		if err != nil {
-			return fmt.Sprintf("%s: INFO replication: %v", r.Addr, err)
-		}
-		if infoField(info, "role") != "slave" || infoField(info, "master_port") != primaryPort || infoField(info, "master_link_status") != "up" {
-			return fmt.Sprintf("%s is not an in-sync replica of %s: role %s, master_port %s, master_link_status %s", r.Addr, st.primary.Addr,
-				infoField(info, "role"), infoField(info, "master_port"), infoField(info, "master_link_status"))
+		if problem := replicaProblem(ctx, r, st.primary); problem != "" {
+			return problem
 		}
 	}
 	for _, s := range st.Sentinels {
