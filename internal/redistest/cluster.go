@@ -139,7 +139,7 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 func (c *Cluster) Nodes() []*Server {
 	var out []*Server
 	for _, s := range c.Servers {
-		if !slices.ContainsFunc(c.down, func(d downNode) bool { return d.s == s }) {
+		if !c.isDown(s) {
 			out = append(out, s)
 		}
 	}
@@ -157,6 +157,12 @@ func (c *Cluster) Down() []*Server {
 		out[i] = d.s
 	}
 	return out
+}
+
+// isDown tells whether s is a master KillMaster killed that Revive has not
+// yet restarted.
+func (c *Cluster) isDown(s *Server) bool {
+	return slices.ContainsFunc(c.down, func(d downNode) bool { return d.s == s })
 }
 
 // WaitReady waits until every running node reports cluster_state:ok, knows

@@ -195,12 +195,3 @@ func (c *Cluster) migrationBlocks(t testing.TB, fn string, i int) {
 		t.Fatalf("redistest: %s(%d): master %d takes part in the migration of slot %d (Redis keeps MIGRATING/IMPORTING on the master only; Finish first)", fn, i, i, c.mig.Slot)
 	}
 }
-
-func (c *Cluster) isDown(s *Server) bool {
-	for _, d := range c.down {
-		if d.s == s {
-			return true
-		}
-	}
-	return false
-}
