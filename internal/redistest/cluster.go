@@ -74,21 +74,19 @@ func StartCluster(t testing.TB, masters int, opts ...Option) *Cluster {
 	if cfg.replicas < 0 || cfg.replicas > 5 {
 		t.Fatalf("redistest: StartCluster: WithReplicas(%d) (want 0 to 5)", cfg.replicas)
 	}
-	own := []string{
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "5000",
-	}
+	nodeTimeout, replication := "5000", []string(nil)
 	if cfg.replicas > 0 {
-		own = []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000",
+		nodeTimeout, replication = "2000", []string{
 			"--repl-diskless-sync-delay", "0",
 			"--repl-ping-replica-period", "1",
 			"--cluster-allow-replica-migration", "no",
 		}
 	}
+	own := append([]string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", nodeTimeout,
+	}, replication...)
 	cfg.args = append(own, cfg.args...)
 
 	c := &Cluster{Kind: cfg.kind, Replicas: make([][]*Server, masters), slotOwner: make([]int, numSlots)}
