@@ -286,31 +286,60 @@ func (s *scenario) addLock(t *testing.T, v lockVariant) {
 		for g := range 2 {
 			client := 2*id + g
 			s.spawn(tl, func() {
-				p := h.Begin(client, faulttest.LeaseInput{Kind: faulttest.Acquire})
-				ctx, cancel := opCtx()
-				lk, err := v.acquire(l, ctx)
-				cancel()
-				tl.note(err)
-				switch {
-				case err == nil:
-					p.SetInput(faulttest.LeaseInput{Kind: faulttest.Acquire, Token: lk.Token()})
-					p.Return(faulttest.LeaseOutput{Result: faulttest.Granted, Token: lk.Token(), Fence: lk.FencingToken()})
-					time.Sleep(time.Millisecond)
-					releaseLease(h, tl, client, lk.Token(), lk.Release)
-				case errors.Is(err, primitives.ErrNotAcquired):
-					p.Return(faulttest.LeaseOutput{Result: faulttest.NotGranted})
-					time.Sleep(time.Millisecond)
-				case errors.Is(err, primitives.ErrUnavailable):
-					// Refused before running: no effect, no operation.
-				default:
-					p.Unknown(faulttest.LeaseOutput{Result: faulttest.Unknown}, err)
-				}
+				leaseOp(h, tl, client, func(ctx context.Context) (grant, error) {
+					lk, err := v.acquire(l, ctx)
+					if err != nil {
+						return grant{}, err
+					}
+					return grant{token: lk.Token(), fence: lk.FencingToken(), release: lk.Release}, nil
+				})
 			})
 		}
 	}
 	s.add(tl, func(t *testing.T) {
 		checkLeaseHistory(t, v.name, h.Ops(), faulttest.LeaseModel{TTL: lockTTL, Fencing: v.fenced, Contiguous: v.fenced && !v.waiting})
 	})
+}
+
+// grant is what an acquire that succeeded hands back: its ownership token,
+// its fencing token (0 if none) and its release.
+type grant struct {
+	token   string
+	fence   int64
+	release func(context.Context) (primitives.ReleaseResult, error)
+}
+
+// leaseOp makes one acquire as client and records it in h: a grant is held
+// a millisecond and released (releaseLease); contention waits a
+// millisecond; a refusal that outlasted the resending ran nothing and is
+// no operation; any other error has an unknown outcome.
+func leaseOp(h *faulttest.History, tl *tally, client int, acquire func(context.Context) (grant, error)) {
+	p := h.Begin(client, faulttest.LeaseInput{Kind: faulttest.Acquire})
+	ctx, cancel := opCtx()
+	g, err := acquire(ctx)
+	cancel()
+	tl.note(err)
+	switch {
+	case err == nil:
+		p.SetInput(faulttest.LeaseInput{Kind: faulttest.Acquire, Token: g.token})
+		p.Return(faulttest.LeaseOutput{Result: faulttest.Granted, Token: g.token, Fence: g.fence})
+		time.Sleep(time.Millisecond)
+		releaseLease(h, tl, client, g.token, g.release)
+	case errors.Is(err, primitives.ErrNotAcquired):
+		p.Return(faulttest.LeaseOutput{Result: faulttest.NotGranted})
+		time.Sleep(time.Millisecond)
+	case errors.Is(err, primitives.ErrUnavailable):
+		// Refused before running: no effect, no operation.
+	default:
+		p.Unknown(faulttest.LeaseOutput{Result: faulttest.Unknown}, err)
+	}
+}
+
+// releaseResults maps a release's answer to the models' result.
+var releaseResults = map[primitives.ReleaseResult]faulttest.LeaseResult{
+	primitives.Released:        faulttest.Released,
+	primitives.AlreadyReleased: faulttest.AlreadyReleased,
+	primitives.NotOwned:        faulttest.NotOwned,
 }
 
 // releaseLease releases a grant and records it; a release that errs is
@@ -326,9 +355,7 @@ func releaseLease(h *faulttest.History, tl *tally, client int, token string, rel
 			p.Unknown(faulttest.LeaseOutput{Result: faulttest.Unknown}, err)
 			continue
 		}
-		out := map[primitives.ReleaseResult]faulttest.LeaseResult{primitives.Released: faulttest.Released,
-			primitives.AlreadyReleased: faulttest.AlreadyReleased, primitives.NotOwned: faulttest.NotOwned}[r]
-		p.Return(faulttest.LeaseOutput{Result: out})
+		p.Return(faulttest.LeaseOutput{Result: releaseResults[r]})
 		if r != primitives.Released {
 			tl.fail("release answered %v", r)
 		}
@@ -396,24 +423,13 @@ func (s *scenario) addSemaphore(t *testing.T) {
 		for g := range 2 {
 			client := 2*id + g
 			s.spawn(tl, func() {
-				p := h.Begin(client, faulttest.LeaseInput{Kind: faulttest.Acquire})
-				ctx, cancel := opCtx()
-				pm, err := sems.TryAcquire(ctx, key, semCapacity, lockTTL)
-				cancel()
-				tl.note(err)
-				switch {
-				case err == nil:
-					p.SetInput(faulttest.LeaseInput{Kind: faulttest.Acquire, Token: pm.Token()})
-					p.Return(faulttest.LeaseOutput{Result: faulttest.Granted, Token: pm.Token()})
-					time.Sleep(time.Millisecond)
-					releaseLease(h, tl, client, pm.Token(), pm.Release)
-				case errors.Is(err, primitives.ErrNotAcquired):
-					p.Return(faulttest.LeaseOutput{Result: faulttest.NotGranted})
-					time.Sleep(time.Millisecond)
-				case errors.Is(err, primitives.ErrUnavailable):
-				default:
-					p.Unknown(faulttest.LeaseOutput{Result: faulttest.Unknown}, err)
-				}
+				leaseOp(h, tl, client, func(ctx context.Context) (grant, error) {
+					pm, err := sems.TryAcquire(ctx, key, semCapacity, lockTTL)
+					if err != nil {
+						return grant{}, err
+					}
+					return grant{token: pm.Token(), release: pm.Release}, nil
+				})
 			})
 		}
 	}
@@ -603,8 +619,7 @@ func (s *scenario) addRWLock(t *testing.T) {
 						rp.Unknown(faulttest.RWOutput{Result: faulttest.Unknown}, err)
 						return
 					}
-					rp.Return(faulttest.RWOutput{Result: map[primitives.ReleaseResult]faulttest.LeaseResult{primitives.Released: faulttest.Released,
-						primitives.AlreadyReleased: faulttest.AlreadyReleased, primitives.NotOwned: faulttest.NotOwned}[r]})
+					rp.Return(faulttest.RWOutput{Result: releaseResults[r]})
 				case errors.Is(err, primitives.ErrNotAcquired):
 					p.Return(faulttest.RWOutput{Result: faulttest.NotGranted})
 					time.Sleep(time.Millisecond)
@@ -664,24 +679,13 @@ func TestLeasesUnderChange(t *testing.T) {
 			for g := range 2 {
 				client := 2*id + g
 				s.spawn(tl, func() {
-					p := h.Begin(client, faulttest.LeaseInput{Kind: faulttest.Acquire})
-					ctx, cancel := opCtx()
-					le, err := ls.TryAcquire(ctx, tag+"leases", field, lockTTL)
-					cancel()
-					tl.note(err)
-					switch {
-					case err == nil:
-						p.SetInput(faulttest.LeaseInput{Kind: faulttest.Acquire, Token: le.Token()})
-						p.Return(faulttest.LeaseOutput{Result: faulttest.Granted, Token: le.Token()})
-						time.Sleep(time.Millisecond)
-						releaseLease(h, tl, client, le.Token(), le.Release)
-					case errors.Is(err, primitives.ErrNotAcquired):
-						p.Return(faulttest.LeaseOutput{Result: faulttest.NotGranted})
-						time.Sleep(time.Millisecond)
-					case errors.Is(err, primitives.ErrUnavailable):
-					default:
-						p.Unknown(faulttest.LeaseOutput{Result: faulttest.Unknown}, err)
-					}
+					leaseOp(h, tl, client, func(ctx context.Context) (grant, error) {
+						le, err := ls.TryAcquire(ctx, tag+"leases", field, lockTTL)
+						if err != nil {
+							return grant{}, err
+						}
+						return grant{token: le.Token(), release: le.Release}, nil
+					})
 				})
 			}
 		}
