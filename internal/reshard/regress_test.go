@@ -4,25 +4,19 @@ package reshard
 // a cluster slot held in one migration state while one call runs.
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/latch"
 	"github.com/coordhost/coordhost/primitives/lock"
 	"github.com/coordhost/coordhost/primitives/rwlock"
 	"github.com/coordhost/coordhost/primitives/semaphore"
 )
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // TestMigratingSourceScripts: with a slot MIGRATING and every key still on
 // the source (so the source runs the scripts), each release or reset whose
@@ -34,7 +28,7 @@ func TestMigratingSourceScripts(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	cl := c.Client(t)
-	ctx := ctxT(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	const key = "{src}"
 	slot := redistest.SlotOf(key)
 
@@ -91,7 +85,7 @@ func TestSplitSlotWaitsForMigration(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	cl := c.Client(t)
-	ctx := ctxT(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	l, err := lock.New(cl, lock.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +143,7 @@ func TestSplitSlotWaitsForMigration(t *testing.T) {
 func TestFencedConnectionFollowsRedirects(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
-	ctx := ctxT(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	cl := c.Client(t)
 	sems, err := semaphore.New(cl, semaphore.Options{})
 	if err != nil {
@@ -204,7 +198,7 @@ func TestFencedConnectionFollowsRedirects(t *testing.T) {
 func TestReleaseAfterMasterKilled(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
-	ctx := ctxT(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
 	l, err := lock.New(c.Client(t), lock.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/policies"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
@@ -43,7 +44,7 @@ func TestWaiterWakesThroughChanges(t *testing.T) {
 	defer waiter.Close()
 	const key = tag + "wake"
 	slot := redistest.SlotOf(key)
-	ctx := ctxT(t)
+	ctx := xtest.Ctx(t, 20*time.Second)
 
 	round := func(name string, change func()) {
 		t.Helper()
