@@ -324,18 +324,12 @@ func countKeys(t *testing.T, ctx context.Context, c rueidis.Client, pattern stri
 	}
 }
 
-// infoInt reads name from INFO section.
+// infoInt reads name from INFO section (infoField) as an integer.
 func infoInt(t *testing.T, s *redistest.Server, section, name string) int64 {
 	t.Helper()
-	for line := range strings.Lines(s.MustCmd(t, "INFO", section)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s: %s: %v", section, name, err)
-			}
-			return n
-		}
+	n, err := strconv.ParseInt(infoField(t, s, section, name), 10, 64)
+	if err != nil {
+		t.Fatalf("INFO %s: %s: %v", section, name, err)
 	}
-	t.Fatalf("INFO %s has no %s", section, name)
-	return 0
+	return n
 }
