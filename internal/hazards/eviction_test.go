@@ -80,7 +80,7 @@ type evicted struct {
 	tokensReset   int            // of those, grants whose fencing token went back to 1
 }
 
-func evictOnce(t *testing.T, k redistest.Kind, policy string) evicted {
+func evictOnce(t *testing.T, k redistest.Kind, policy string) {
 	t.Helper()
 	s := redistest.Start(t, redistest.WithKind(k), redistest.Args("--maxmemory-policy", policy))
 	c := s.Client(t)
@@ -208,7 +208,6 @@ func evictOnce(t *testing.T, k redistest.Kind, policy string) evicted {
 			t.Errorf("%s: no fencing token back at 1 (%d counters evicted)", policy, kindN(counters)-ev.left[counters])
 		}
 	}
-	return ev
 }
 
 func kindN(name string) int {

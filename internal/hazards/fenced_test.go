@@ -11,11 +11,10 @@ import (
 // remembers the highest token across the Redis hazards, as a real
 // resource (a database row, a file's metadata) would.
 type fencedStore struct {
-	mu       sync.Mutex
-	highest  int64
-	writes   []string // accepted, in order
-	refused  []string
-	accepted map[int64]int // writes accepted per token
+	mu      sync.Mutex
+	highest int64
+	writes  []string // accepted, in order
+	refused []string
 }
 
 // errStale is the refusal of a write with an old token.
@@ -35,9 +34,5 @@ func (s *fencedStore) Write(token int64, what string) error {
 	}
 	s.highest = token
 	s.writes = append(s.writes, what)
-	if s.accepted == nil {
-		s.accepted = map[int64]int{}
-	}
-	s.accepted[token]++
 	return nil
 }
