@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordhostv1 "github.com/coordhost/coordhost/gen/coordhost/v1"
+	"github.com/coordhost/coordhost/internal/xtest"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -218,22 +219,9 @@ func TestGrpcurlKeepAlive(t *testing.T) {
 		t.Fatalf("KeepAlive: %v, want release_on_disconnect", &resp)
 	}
 	ka.Kill()
-	eventually(t, 10*time.Second, "the release_on_disconnect session still exists after its KeepAlive client was killed", func() bool {
+	xtest.Eventually(t, 10*time.Second, "the release_on_disconnect session still exists after its KeepAlive client was killed", func() bool {
 		return d.grpcurl(t, svc+"GetSession", &coordhostv1.GetSessionRequest{SessionId: rod}).Code == 64+5
 	})
 	// The other session is untouched.
 	d.grpcurlOK(t, svc+"GetSession", &coordhostv1.GetSessionRequest{SessionId: id}, nil)
-}
-
-// eventually polls cond (every 50ms: each poll may run a client) until it
-// holds, and fails the test with what if d passes first.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
