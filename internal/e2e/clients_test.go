@@ -45,23 +45,24 @@ func need(t testing.TB, c client) string {
 	t.Helper()
 	path, why := c.find()
 	if path == "" {
-		msg := fmt.Sprintf("%s not found (%s): run `make clients` (scripts/test-clients.sh), then `. .cache/clients-env.sh`", c.name, why)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		missing(t, fmt.Sprintf("%s not found (%s): run `make clients` (scripts/test-clients.sh), then `. .cache/clients-env.sh`", c.name, why))
 	}
 	if c == pythonClient {
 		out, err := exec.Command(path, "-I", "-c", "import grpc, google.protobuf").CombinedOutput()
 		if err != nil {
-			msg := fmt.Sprintf("%s cannot import grpc and google.protobuf (%v: %s): run `make clients`", path, err, bytes.TrimSpace(out))
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			missing(t, fmt.Sprintf("%s cannot import grpc and google.protobuf (%v: %s): run `make clients`", path, err, bytes.TrimSpace(out)))
 		}
 	}
 	return path
+}
+
+// missing fails the test with msg under CI=true and skips it elsewhere.
+func missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
 }
 
 func (c client) find() (path, why string) {
