@@ -458,12 +458,7 @@ func slotMap(r rueidis.RedisResult) (string, error) {
 // ClientOption first.
 func (c *Cluster) Client(t testing.TB, opts ...func(*rueidis.ClientOption)) rueidis.Client {
 	t.Helper()
-	nodes := c.Nodes()
-	addrs := make([]string, len(nodes))
-	for i, s := range nodes {
-		addrs[i] = s.Addr
-	}
-	return newClient(t, addrs, opts)
+	return newClient(t, addrsOf(c.Nodes()), opts)
 }
 
 // EachNode calls fn for every master (Servers) in order, e.g. to sum DBSIZE

@@ -597,6 +597,15 @@ func (s *Server) Restart(t testing.TB) {
 	s.newAdmin(t)
 }
 
+// addrsOf returns the servers' addresses, in order.
+func addrsOf(ss []*Server) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.Addr
+	}
+	return out
+}
+
 // replicateOnRestart makes the server's next start (Restart) come up as a
 // replica of primary, in place of any --replicaof it had.
 func (s *Server) replicateOnRestart(primary *Server) {

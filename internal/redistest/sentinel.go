@@ -143,13 +143,7 @@ func (st *Sentinel) Down() []*Server { return slices.Clone(st.down) }
 
 // SentinelAddrs returns the sentinels' addresses ("127.0.0.1:port"), the
 // InitAddress of a client that goes through Sentinel.
-func (st *Sentinel) SentinelAddrs() []string {
-	out := make([]string, len(st.Sentinels))
-	for i, s := range st.Sentinels {
-		out[i] = s.Addr
-	}
-	return out
-}
+func (st *Sentinel) SentinelAddrs() []string { return addrsOf(st.Sentinels) }
 
 // MasterSet returns the name the sentinels monitor the primary under
 // (the package constant MasterSet).

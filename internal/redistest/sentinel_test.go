@@ -21,7 +21,7 @@ func TestSentinel(t *testing.T) {
 	st := StartSentinel(t, 2)
 	t.Logf("StartSentinel(2): %v", time.Since(begin))
 	if st.Primary() != st.Nodes[0] || !slices.Equal(st.Replicas(), st.Nodes[1:]) || len(st.Down()) != 0 {
-		t.Fatalf("after start: primary %s, replicas %v, down %v", st.Primary().Addr, addrs(st.Replicas()), addrs(st.Down()))
+		t.Fatalf("after start: primary %s, replicas %v, down %v", st.Primary().Addr, addrsOf(st.Replicas()), addrsOf(st.Down()))
 	}
 	if got := st.SentinelAddrs(); len(got) != 3 || got[0] != st.Sentinels[0].Addr {
 		t.Fatalf("SentinelAddrs = %v", got)
@@ -65,7 +65,7 @@ func TestSentinel(t *testing.T) {
 	ft := st.Failover(t)
 	t.Logf("Failover: promoted after %v, settled after %v", ft.Promoted, ft.Settled)
 	if st.Primary() == old || !slices.Contains(st.Replicas(), old) || len(st.Replicas()) != 2 {
-		t.Fatalf("after Failover: primary %s (was %s), replicas %v", st.Primary().Addr, old.Addr, addrs(st.Replicas()))
+		t.Fatalf("after Failover: primary %s (was %s), replicas %v", st.Primary().Addr, old.Addr, addrsOf(st.Replicas()))
 	}
 	checkRoles(t, st)
 	set("after-failover") // the client follows the new primary
@@ -78,7 +78,7 @@ func TestSentinel(t *testing.T) {
 	t.Logf("KillPrimary: promoted after %v, settled after %v", ft.Promoted, ft.Settled)
 	if st.Primary() == old || old.PID() != 0 || !slices.Equal(st.Down(), []*Server{old}) || len(st.Replicas()) != 1 {
 		t.Fatalf("after KillPrimary: primary %s (killed %s, pid %d), replicas %v, down %v",
-			st.Primary().Addr, old.Addr, old.PID(), addrs(st.Replicas()), addrs(st.Down()))
+			st.Primary().Addr, old.Addr, old.PID(), addrsOf(st.Replicas()), addrsOf(st.Down()))
 	}
 	checkRoles(t, st)
 	set("after-kill")
@@ -86,7 +86,7 @@ func TestSentinel(t *testing.T) {
 	took := st.Revive(t)
 	t.Logf("Revive: %v", took)
 	if len(st.Down()) != 0 || !slices.Contains(st.Replicas(), old) || len(st.Replicas()) != 2 || old.PID() == 0 {
-		t.Fatalf("after Revive: replicas %v, down %v", addrs(st.Replicas()), addrs(st.Down()))
+		t.Fatalf("after Revive: replicas %v, down %v", addrsOf(st.Replicas()), addrsOf(st.Down()))
 	}
 	checkRoles(t, st)
 	// The revived node came back empty and synced from the primary.
@@ -109,14 +109,6 @@ func checkRoles(t *testing.T, st *Sentinel) {
 			t.Errorf("replica %s: ROLE %q, want prefix %q", r.Addr, got, want)
 		}
 	}
-}
-
-func addrs(ss []*Server) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = s.Addr
-	}
-	return out
 }
 
 // TestSentinelKinds starts a sentinel set of every kind (the sentinels run
@@ -218,7 +210,7 @@ func TestClusterReplicas(t *testing.T) {
 	ft := c.Failover(t, 1)
 	t.Logf("Failover(1): promoted after %v, settled after %v", ft.Promoted, ft.Settled)
 	if c.Servers[1] != replica || c.Addrs[1] != replica.Addr || !slices.Equal(c.Replicas[1], []*Server{old}) {
-		t.Fatalf("after Failover(1): master %s, replicas %v", c.Servers[1].Addr, addrs(c.Replicas[1]))
+		t.Fatalf("after Failover(1): master %s, replicas %v", c.Servers[1].Addr, addrsOf(c.Replicas[1]))
 	}
 	checkClusterRoles(t, c)
 	if n := count(); n != keys {
@@ -230,7 +222,7 @@ func TestClusterReplicas(t *testing.T) {
 	ft = c.KillMaster(t, 2)
 	t.Logf("KillMaster(2): promoted after %v, settled after %v", ft.Promoted, ft.Settled)
 	if c.Servers[2] != replica || len(c.Replicas[2]) != 0 || !slices.Equal(c.Down(), []*Server{old}) || old.PID() != 0 || len(c.Nodes()) != 5 {
-		t.Fatalf("after KillMaster(2): master %s, replicas %v, down %v", c.Servers[2].Addr, addrs(c.Replicas[2]), addrs(c.Down()))
+		t.Fatalf("after KillMaster(2): master %s, replicas %v, down %v", c.Servers[2].Addr, addrsOf(c.Replicas[2]), addrsOf(c.Down()))
 	}
 	checkClusterRoles(t, c)
 	write("c:")
@@ -238,7 +230,7 @@ func TestClusterReplicas(t *testing.T) {
 	took := c.Revive(t)
 	t.Logf("Revive: %v", took)
 	if !slices.Equal(c.Replicas[2], []*Server{old}) || len(c.Down()) != 0 || len(c.Nodes()) != 6 {
-		t.Fatalf("after Revive: replicas %v, down %v", addrs(c.Replicas[2]), addrs(c.Down()))
+		t.Fatalf("after Revive: replicas %v, down %v", addrsOf(c.Replicas[2]), addrsOf(c.Down()))
 	}
 	checkClusterRoles(t, c)
 	write("d:")
