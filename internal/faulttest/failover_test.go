@@ -115,8 +115,8 @@ func TestRunFailoverCountsNotReplicated(t *testing.T) {
 	}
 }
 
-// A failover by hand, until Sentinel lands in redistest: replica r1
-// replicates through a Proxy. The failover cuts that link (Blackhole) for
+// A failover by hand, which Sentinel cannot stage: replica r1 replicates
+// through a Proxy. The failover cuts that link (Blackhole) for
 // 300ms while grants go on, kills the primary, drops what the link held
 // (ResetAll), promotes r1 (REPLICAOF NO ONE), makes r2 its replica and
 // points the client's dials at r1. Without Replicas, the grants
