@@ -2,17 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
 	"log"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -441,7 +435,8 @@ func manyAttrs(n int) []string {
 func TestServerTLSAndToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	certFile, keyFile, clientPool := clientCert(t, dir)
+	clientCA := xtest.NewCA(t, "client CA")
+	certFile, keyFile := clientCA.Issue(t, "coordhost test client", false).Write(t, dir, "client")
 	var mu sync.Mutex
 	var auth []string
 	d := startDaemon(t, func(next http.Handler) http.Handler {
@@ -451,7 +446,7 @@ func TestServerTLSAndToken(t *testing.T) {
 			mu.Unlock()
 			next.ServeHTTP(w, r)
 		})
-	}, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientPool})
+	}, &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCA.Pool()})
 	caFile := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: d.srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
@@ -515,48 +510,6 @@ func TestServerTLSAndToken(t *testing.T) {
 			}
 		})
 	}
-}
-
-// clientCert writes a self-signed client certificate and its key to dir
-// and returns their paths and a pool that trusts it.
-func clientCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "coordhost test client"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
 }
 
 // freezeProxy forwards TCP connections to a target until frozen: then it
