@@ -31,23 +31,18 @@ func holdFromServer(ctx context.Context, cfg holdConfig, path string, e *env, si
 	}
 	defer api.close()
 
-	acqCtx, acqCancel := ctx, context.CancelFunc(func() {})
-	if cfg.wait > 0 {
-		acqCtx, acqCancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
+	var t0 time.Time
+	h, code, done, err := waitForLock(ctx, func(acqCtx context.Context) (*remoteHold, error) {
+		t0 = time.Now()
+		return takeRemote(ctx, acqCtx, api, cfg, e)
+	}, cfg, e, stopRelay, interrupted)
+	if done {
+		return code
 	}
-	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for %s", cfg.subject()) })
-	t0 := time.Now()
-	h, err := takeRemote(ctx, acqCtx, api, cfg, e)
-	stopNote()
-	stopRelay()
-	acqCancel()
 	if err != nil {
-		if code, ok := interrupted("while waiting for " + cfg.subject()); ok {
-			return code
-		}
 		code := connect.CodeOf(err)
-		if errors.Is(context.Cause(acqCtx), errWaitTimeout) && ctx.Err() == nil ||
-			cfg.wait > 0 && code == connect.CodeAborted && time.Since(t0) >= cfg.wait {
+		if cfg.wait > 0 && code == connect.CodeAborted && time.Since(t0) >= cfg.wait {
+			// The daemon's wait, the same -wait, ran out first.
 			e.logf("%s not acquired within -wait %v", cfg.subject(), cfg.wait)
 			return exitFailure
 		}
@@ -64,13 +59,6 @@ func holdFromServer(ctx context.Context, cfg holdConfig, path string, e *env, si
 			e.logf("acquiring %s: %s", cfg.subject(), text)
 		}
 		return exitFailure
-	}
-	if code, ok := interrupted("just as " + cfg.subject() + " was acquired"); ok {
-		// The signal raced the grant: do not start CMD.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer rcancel()
-		_, _ = h.Release(rctx)
-		return code
 	}
 
 	g := h.grant

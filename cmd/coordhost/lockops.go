@@ -21,30 +21,53 @@ type acquireFunc func(ctx context.Context) (primitives.Lease, error)
 // fenced is a lease with a fencing token (*lock.Lock).
 type fenced interface{ FencingToken() int64 }
 
-// holdWithLock takes the lock or lease cfg.name with acquire, waiting as long as ctx
-// and cfg.wait allow, then runs CMD (found at path) under it with
-// holdAndRun; cfg.ttl is the lease it keeps renewing.
-// stopRelay ends the translation of signals into cancellation of ctx once
-// the wait is over, so that later signals go to CMD; interrupted reports a
-// signal that cancelled ctx. It returns the exit status.
-func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
+// waitForLock takes the lock or lease cfg.name with acquire, waiting as
+// long as ctx and cfg.wait allow. stopRelay ends the translation of
+// signals into cancellation of ctx once the wait is over, so that later
+// signals go to CMD; interrupted reports a signal that cancelled ctx. It
+// returns the lock; or, with done, the exit status when a signal ended the
+// wait or came just as the lock did (the lock is then released), or when
+// -wait ran out; or the error of an acquisition that failed otherwise, for
+// the caller to report.
+func waitForLock[L heldLock](ctx context.Context, acquire func(context.Context) (L, error), cfg holdConfig, e *env, stopRelay func(), interrupted func(string) (int, bool)) (l L, code int, done bool, err error) {
 	acqCtx, acqCancel := ctx, context.CancelFunc(func() {})
 	if cfg.wait > 0 {
 		acqCtx, acqCancel = context.WithTimeoutCause(ctx, cfg.wait, errWaitTimeout)
 	}
 	stopNote := noteAfter(e.waitNote, func() { e.logf("waiting for %s", cfg.subject()) })
-	l, err := acquire(acqCtx)
+	l, err = acquire(acqCtx)
 	stopNote()
 	stopRelay()
 	acqCancel()
 	if err != nil {
 		if code, ok := interrupted("while waiting for " + cfg.subject()); ok {
-			return code
+			return l, code, true, nil
 		}
 		if errors.Is(context.Cause(acqCtx), errWaitTimeout) && ctx.Err() == nil {
 			e.logf("%s not acquired within -wait %v", cfg.subject(), cfg.wait)
-			return exitFailure
+			return l, exitFailure, true, nil
 		}
+		return l, 0, false, err
+	}
+	if code, ok := interrupted("just as " + cfg.subject() + " was acquired"); ok {
+		// The signal raced the grant: do not start CMD.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer rcancel()
+		_, _ = l.Release(rctx)
+		return l, code, true, nil
+	}
+	return l, 0, false, nil
+}
+
+// holdWithLock takes the lock or lease cfg.name with acquire (waitForLock),
+// then runs CMD (found at path) under it with holdAndRun; cfg.ttl is the
+// lease it keeps renewing. It returns the exit status.
+func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path string, e *env, sigs <-chan os.Signal, stopRelay func(), interrupted func(string) (int, bool)) int {
+	l, code, done, err := waitForLock(ctx, acquire, cfg, e, stopRelay, interrupted)
+	if done {
+		return code
+	}
+	if err != nil {
 		if errors.Is(err, primitives.ErrInvalidKey) || errors.Is(err, primitives.ErrInvalidTTL) {
 			// Bad input that only the primitive can judge (reserved
 			// namespace, cluster slots).
@@ -58,13 +81,6 @@ func holdWithLock(ctx context.Context, acquire acquireFunc, cfg holdConfig, path
 		}
 		e.logf("acquiring %s: %v", cfg.subject(), err)
 		return exitFailure
-	}
-	if code, ok := interrupted("just as " + cfg.subject() + " was acquired"); ok {
-		// The signal raced the grant: do not start CMD.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer rcancel()
-		_, _ = l.Release(rctx)
-		return code
 	}
 
 	token, note := "", ""
