@@ -20,30 +20,7 @@ func TestLimitCheckServer(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, nil, nil)
 	ctx := context.Background()
-	check := func(t *testing.T, wantCode int, args ...string) []string {
-		t.Helper()
-		te := newTestEnv(t, nil)
-		code := run(ctx, append([]string{"limit", "check", "-server", d.url}, args...), te.env)
-		if code != wantCode {
-			t.Fatalf("limit check %q: exit status %d, want %d; stdout %q; stderr:\n%s", args, code, wantCode, te.out, te.errOut)
-		}
-		m := checkLineServerRE.FindStringSubmatch(te.out.String())
-		if m == nil {
-			t.Fatalf("limit check %q: stdout %q", args, te.out)
-		}
-		if wantCode == exitGranted && te.errOut.String() != "" {
-			t.Errorf("stderr of a grant: %q", te.errOut)
-		}
-		return m
-	}
-	dur := func(t *testing.T, s string) time.Duration {
-		t.Helper()
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	check := limitChecker(checkLineServerRE, "-server", d.url)
 
 	t.Run("granted, then refused", func(t *testing.T) {
 		m := check(t, exitGranted, "-attr", "tenant=acme", "checkout")
@@ -69,14 +46,7 @@ func TestLimitCheckServer(t *testing.T) {
 		check(t, exitRefused, "global")
 	})
 
-	t.Run("more than the limit", func(t *testing.T) {
-		te := newTestEnv(t, nil)
-		code := run(ctx, []string{"limit", "check", "-server", d.url, "-n", "3", "-attr", "tenant=third", "checkout"}, te.env)
-		if code != exitRefused || !strings.HasPrefix(te.out.String(), `refused rate_limit="checkout" n=3 remaining=2 retry_after=0s`) ||
-			!strings.Contains(te.errOut.String(), `3 permits exceed the limit 2 of rate_limit "checkout": never granted`) {
-			t.Fatalf("exit status %d; stdout %q; stderr:\n%s", code, te.out, te.errOut)
-		}
-	})
+	t.Run("more than the limit", func(t *testing.T) { checkAboveLimit(t, "-server", d.url) })
 
 	t.Run("errors", func(t *testing.T) {
 		before := d.redis.MustCmd(t, "DBSIZE")

@@ -108,6 +108,52 @@ func TestLimitCheckUsageErrors(t *testing.T) {
 	}
 }
 
+// limitChecker returns check(t, wantCode, args...): it runs `coordhost
+// limit check FLAGS... ARGS...`, fails unless the exit status is wantCode,
+// stdout is a line that line matches and a grant wrote nothing to stderr,
+// and returns line's submatches.
+func limitChecker(line *regexp.Regexp, flags ...string) func(t *testing.T, wantCode int, args ...string) []string {
+	return func(t *testing.T, wantCode int, args ...string) []string {
+		t.Helper()
+		te := newTestEnv(t, nil)
+		code := run(context.Background(), append(append([]string{"limit", "check"}, flags...), args...), te.env)
+		if code != wantCode {
+			t.Fatalf("limit check %q: exit status %d, want %d; stdout %q; stderr:\n%s", args, code, wantCode, te.out, te.errOut)
+		}
+		m := line.FindStringSubmatch(te.out.String())
+		if m == nil {
+			t.Fatalf("limit check %q: stdout %q", args, te.out)
+		}
+		if wantCode == exitGranted && te.errOut.String() != "" {
+			t.Errorf("stderr of a grant: %q", te.errOut)
+		}
+		return m
+	}
+}
+
+// dur parses a duration of a limit check line.
+func dur(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// checkAboveLimit runs `coordhost limit check FLAGS... -n 3 -attr
+// tenant=third checkout`, 3 permits of limitConfig's checkout (limit 2):
+// refused, and said never to be granted.
+func checkAboveLimit(t *testing.T, flags ...string) {
+	t.Helper()
+	te := newTestEnv(t, nil)
+	code := run(context.Background(), append(append([]string{"limit", "check"}, flags...), "-n", "3", "-attr", "tenant=third", "checkout"), te.env)
+	if code != exitRefused || !strings.HasPrefix(te.out.String(), `refused rate_limit="checkout" n=3 remaining=2 retry_after=0s`) ||
+		!strings.Contains(te.errOut.String(), `3 permits exceed the limit 2 of rate_limit "checkout": never granted`) {
+		t.Fatalf("exit status %d; stdout %q; stderr:\n%s", code, te.out, te.errOut)
+	}
+}
+
 var checkLineRE = regexp.MustCompile(`^(granted|refused) rate_limit="([^"]*)" n=(\d+) remaining=(\d+) retry_after=(\S+) reset_after=(\S+) limit=(\d+) window=(\S+)\n$`)
 
 // TestLimitCheck runs limit check end to end on a test server: grants up to
@@ -120,30 +166,7 @@ func TestLimitCheck(t *testing.T) {
 	c := testClient(t, d)
 	path := writeConfig(t, redisBlock(d.Socket())+limitConfig)
 	ctx := context.Background()
-	check := func(t *testing.T, wantCode int, args ...string) []string {
-		t.Helper()
-		te := newTestEnv(t, nil)
-		code := run(ctx, append([]string{"limit", "check", "-config", path}, args...), te.env)
-		if code != wantCode {
-			t.Fatalf("limit check %q: exit status %d, want %d; stdout %q; stderr:\n%s", args, code, wantCode, te.out, te.errOut)
-		}
-		m := checkLineRE.FindStringSubmatch(te.out.String())
-		if m == nil {
-			t.Fatalf("limit check %q: stdout %q", args, te.out)
-		}
-		if wantCode == exitGranted && te.errOut.String() != "" {
-			t.Errorf("stderr of a grant: %q", te.errOut)
-		}
-		return m
-	}
-	dur := func(t *testing.T, s string) time.Duration {
-		t.Helper()
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	check := limitChecker(checkLineRE, "-config", path)
 
 	t.Run("granted, then refused", func(t *testing.T) {
 		m := check(t, exitGranted, "-attr", "tenant=acme", "checkout")
@@ -167,14 +190,7 @@ func TestLimitCheck(t *testing.T) {
 		}
 	})
 
-	t.Run("more than the limit", func(t *testing.T) {
-		te := newTestEnv(t, nil)
-		code := run(ctx, []string{"limit", "check", "-config", path, "-n", "3", "-attr", "tenant=third", "checkout"}, te.env)
-		if code != exitRefused || !strings.HasPrefix(te.out.String(), `refused rate_limit="checkout" n=3 remaining=2 retry_after=0s`) ||
-			!strings.Contains(te.errOut.String(), `3 permits exceed the limit 2 of rate_limit "checkout": never granted`) {
-			t.Fatalf("exit status %d; stdout %q; stderr:\n%s", code, te.out, te.errOut)
-		}
-	})
+	t.Run("more than the limit", func(t *testing.T) { checkAboveLimit(t, "-config", path) })
 
 	t.Run("n 0 consumes nothing", func(t *testing.T) {
 		for range 3 {
