@@ -215,10 +215,8 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 		}
 		// The lock block decides these; a flag that silently lost to the
 		// file, or silently won over it, would surprise someone.
-		for _, f := range []string{"ttl", "fencing", "prefix"} {
-			if set[f] {
-				return cfg, fmt.Errorf("-%s cannot be used with -config: %s %q of the file sets it", f, k.noun, cfg.name)
-			}
+		if err := blockSets(set, "-config", fmt.Sprintf("%s %q of the file", k.noun, cfg.name)); err != nil {
+			return cfg, err
 		}
 		var err error
 		if cfg.load.Vars, err = parseVars(f.vars); err != nil {
@@ -256,22 +254,43 @@ func parseHoldArgsFor(k *holdKind, args []string, getenv func(string) string) (h
 	return cfg, err
 }
 
+// blockSets returns the error for the first of -ttl, -fencing and -prefix
+// in set, given with flag (-config or -server), whose block (`lock "job"
+// of the file`) sets it instead; nil for none.
+func blockSets(set map[string]bool, flag, block string) error {
+	for _, f := range []string{"ttl", "fencing", "prefix"} {
+		if set[f] {
+			return fmt.Errorf("-%s cannot be used with %s: %s sets it", f, flag, block)
+		}
+	}
+	return nil
+}
+
+// serverExcludes returns the error for the first flag of the in-process
+// form in set, given with -server: -config or -redis; -ttl, -fencing or
+// -prefix, which block (`lock "job"`) of the daemon's configuration sets
+// (lock hold's flags); -var. Nil for none.
+func serverExcludes(set map[string]bool, block string) error {
+	for _, other := range []string{"config", "redis"} {
+		if set[other] {
+			return fmt.Errorf("-server and -%s exclude each other: with -server the daemon's configuration and Redis apply", other)
+		}
+	}
+	if err := blockSets(set, "-server", block+" of the daemon's configuration"); err != nil {
+		return err
+	}
+	if set["var"] {
+		return errors.New("-var cannot be used with -server: the daemon's configuration has its own values")
+	}
+	return nil
+}
+
 // parseHoldServer finishes parsing a `lock hold -server URL` command line:
 // the lock block of the daemon's configuration decides the ttl, fencing,
 // prefix and policies, and the daemon its Redis.
 func parseHoldServer(cfg holdConfig, f holdFlags, set map[string]bool, getenv func(string) string) (holdConfig, error) {
-	for _, other := range []string{"config", "redis"} {
-		if set[other] {
-			return cfg, fmt.Errorf("-server and -%s exclude each other: with -server the daemon's configuration and Redis apply", other)
-		}
-	}
-	for _, fl := range []string{"ttl", "fencing", "prefix"} {
-		if set[fl] {
-			return cfg, fmt.Errorf("-%s cannot be used with -server: lock %q of the daemon's configuration sets it", fl, cfg.name)
-		}
-	}
-	if set["var"] {
-		return cfg, errors.New("-var cannot be used with -server: the daemon's configuration has its own values")
+	if err := serverExcludes(set, fmt.Sprintf("lock %q", cfg.name)); err != nil {
+		return cfg, err
 	}
 	if set["session"] && f.session == "" {
 		return cfg, errors.New("-session ID is empty")

@@ -125,14 +125,10 @@ func parseLimitCheckArgs(args []string, getenv func(string) string) (limitCheckA
 // parseLimitCheckServer finishes parsing a `limit check -server URL`
 // command line.
 func parseLimitCheckServer(a limitCheckArgs, f limitCheckFlags, set map[string]bool, getenv func(string) string) (limitCheckArgs, error) {
-	for _, other := range []string{"config", "redis"} {
-		if set[other] {
-			return a, fmt.Errorf("-server and -%s exclude each other: with -server the daemon's configuration and Redis apply", other)
-		}
+	if err := serverExcludes(set, fmt.Sprintf("rate_limit %q", a.name)); err != nil {
+		return a, err
 	}
 	switch {
-	case set["var"]:
-		return a, errors.New("-var cannot be used with -server: the daemon's configuration has its own values")
 	case f.n < 0:
 		return a, fmt.Errorf("-n must not be negative, got %d", f.n)
 	case f.n == 0:
