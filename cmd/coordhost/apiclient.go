@@ -300,17 +300,6 @@ func refusedArgs(err error) bool {
 	return false
 }
 
-// apiReason returns the ErrorDetail reason of err, or REASON_UNSPECIFIED.
-func apiReason(err error) coordhostv1.Reason {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		if d := errorDetail(ce); d != nil {
-			return d.GetReason()
-		}
-	}
-	return coordhostv1.Reason_REASON_UNSPECIFIED
-}
-
 // codeWords is a status code in words: "not found".
 func codeWords(c connect.Code) string {
 	return strings.ReplaceAll(c.String(), "_", " ")
