@@ -119,14 +119,6 @@ func (d *testDaemon) apiClients(t *testing.T) (coordhostv1connect.LockServiceCli
 		coordhostv1connect.NewSessionServiceClient(hc, d.url, connect.WithGRPC())
 }
 
-// runCmdAsync runs `coordhost ARGS...` in process; the exit status arrives
-// on the returned channel.
-func runCmdAsync(te *testEnv, args ...string) <-chan int {
-	done := make(chan int, 1)
-	go func() { done <- run(context.Background(), args, te.env) }()
-	return done
-}
-
 // wantStderr fails unless stderr holds every one of want.
 func wantStderr(t *testing.T, te *testEnv, want ...string) {
 	t.Helper()
@@ -203,10 +195,10 @@ func TestHoldServerSecondWaits(t *testing.T) {
 	dir := t.TempDir()
 	logFile, started, release := filepath.Join(dir, "log"), filepath.Join(dir, "started"), filepath.Join(dir, "release")
 	te1, te2 := newTestEnv(t, nil), newTestEnv(t, nil)
-	done1 := runCmdAsync(te1, "lock", "hold", "-server", d.url, "short", "--", "sh", "-c",
+	done1 := runHoldAsync(te1, "-server", d.url, "short", "--", "sh", "-c",
 		`echo "enter 1 $COORDHOST_FENCING_TOKEN" >> `+logFile+`; touch `+started+`; while [ ! -e `+release+` ]; do sleep 0.02; done; echo "leave 1" >> `+logFile)
 	xtest.Eventually(t, 10*time.Second, "the first CMD to start", fileExists(started))
-	done2 := runCmdAsync(te2, "lock", "hold", "-server", d.url, "-wait", "20s", "short", "--", "sh", "-c",
+	done2 := runHoldAsync(te2, "-server", d.url, "-wait", "20s", "short", "--", "sh", "-c",
 		`echo "enter 2 $COORDHOST_FENCING_TOKEN" >> `+logFile)
 	waitOutput(t, 5*time.Second, te2.errOut, regexp.MustCompile(`coordhost: waiting for lock "short"`))
 	time.Sleep(1700 * time.Millisecond) // past the ttl of 1.5s: the daemon renews
@@ -251,7 +243,7 @@ func TestHoldServerNotAcquired(t *testing.T) {
 	wantStderr(t, te, "coordhost: waiting for lock \"plain\"\ncoordhost: lock \"plain\" not acquired within -wait 300ms\n")
 
 	te = newTestEnv(t, nil)
-	done := runCmdAsync(te, "lock", "hold", "-server", d.url, "plain", "--", "touch", ran)
+	done := runHoldAsync(te, "-server", d.url, "plain", "--", "touch", ran)
 	waitOutput(t, 5*time.Second, te.errOut, regexp.MustCompile(`coordhost: waiting for lock "plain"`+"\n"))
 	te.sig <- syscall.SIGINT
 	if code := awaitExit(t, te, done, 5*time.Second); code != 130 {
@@ -309,7 +301,7 @@ func TestHoldServerLostLock(t *testing.T) {
 			started := filepath.Join(t.TempDir(), "started")
 			te := newTestEnv(t, nil)
 			te.apiPing = tc.ping
-			done := runCmdAsync(te, "lock", "hold", "-server", url, tc.lock, "--", "sh", "-c", tc.script, "sh", started)
+			done := runHoldAsync(te, "-server", url, tc.lock, "--", "sh", "-c", tc.script, "sh", started)
 			xtest.Eventually(t, 10*time.Second, "CMD to start", fileExists(started))
 			t0 := time.Now()
 			tc.lose(t, d, p)
@@ -348,7 +340,7 @@ func TestHoldServerSession(t *testing.T) {
 	sid := cs.Msg.GetSession().GetSessionId()
 	started := filepath.Join(t.TempDir(), "started")
 	te := newTestEnv(t, nil)
-	done := runCmdAsync(te, "lock", "hold", "-server", d.url, "-session", sid, "job", "--", "sh", "-c", `echo $COORDHOST_FENCING_TOKEN; touch "$1"; sleep 30`, "sh", started)
+	done := runHoldAsync(te, "-server", d.url, "-session", sid, "job", "--", "sh", "-c", `echo $COORDHOST_FENCING_TOKEN; touch "$1"; sleep 30`, "sh", started)
 	xtest.Eventually(t, 10*time.Second, "CMD to start", fileExists(started))
 	wantStderr(t, te, "; key \"job\", ttl 10s\n") // the session's TTL
 	if _, err := sess.CloseSession(ctx, connect.NewRequest(&coordhostv1.CloseSessionRequest{SessionId: sid})); err != nil {
