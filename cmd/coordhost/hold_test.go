@@ -464,6 +464,35 @@ func TestHoldDevMode(t *testing.T) {
 	})
 }
 
+// redisCase is a `lock hold -wait 5s ARGS... job -- true` run with
+// COORDHOST_REDIS_URL env, its exit status and a part of its stderr.
+type redisCase struct {
+	name string
+	env  string // COORDHOST_REDIS_URL
+	args []string
+	code int
+	want string
+}
+
+// runRedisCases runs each case in a subtest; stderr must hold want, and
+// neither mention dev mode nor show the password s3cret.
+func runRedisCases(t *testing.T, cases []redisCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newTestEnv(t, map[string]string{envRedisURL: tc.env})
+			args := append(append([]string{"lock", "hold", "-wait", "5s"}, tc.args...), "job", "--", "true")
+			code := run(context.Background(), args, te.env)
+			if code != tc.code || !strings.Contains(te.errOut.String(), tc.want) {
+				t.Fatalf("exit status %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.want, te.errOut)
+			}
+			if strings.Contains(te.errOut.String(), "dev mode") || strings.Contains(te.errOut.String(), "s3cret") {
+				t.Fatalf("stderr:\n%s", te.errOut)
+			}
+		})
+	}
+}
+
 // TestHoldRedisURLFromEnv: COORDHOST_REDIS_URL gives lock hold its server
 // and credentials without anything on the command line; -redis wins over
 // it; with -config, the file's redis block wins over the environment (only
@@ -480,13 +509,7 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 	withCreds := writeConfig(t, "redis {\n  addresses = [\"127.0.0.1:1\"]\n  username  = \"coord\"\n  password  = \"s3cret\"\n}\n"+goodConfig)
 	withoutRedis := writeConfig(t, goodConfig)
 	withSentinel := writeConfig(t, "redis {\n  sentinel {\n    master_set = \"orders\"\n    addresses  = [\"127.0.0.1:1\"]\n  }\n  username = \"coord\"\n  password = \"s3cret\"\n}\n"+goodConfig)
-	cases := []struct {
-		name string
-		env  string // COORDHOST_REDIS_URL
-		args []string
-		code int
-		want string
-	}{
+	cases := []redisCase{
 		{"env alone", good, nil, 0, `coordhost: acquired lock "job"; key "coordhost:lock:job"`},
 		{"-redis wins over a bad env", "redis://coord:wrong@127.0.0.1:1", []string{"-redis", good}, 0, `coordhost: acquired lock "job"`},
 		{"-redis without credentials wins over env with them", good, []string{"-redis", srv.Addr}, exitFailure, "NOPERM"},
@@ -497,17 +520,5 @@ func TestHoldRedisURLFromEnv(t *testing.T) {
 		{"-config: -redis in place of a sentinel block is said", "", []string{"-config", withSentinel, "-redis", srv.Addr}, 0, `-redis replaces ` + withSentinel + `'s sentinel block: connecting to ` + srv.Addr + ` directly, not through Sentinel master set "orders"`},
 		{"-config: -redis with its own credentials", "", []string{"-config", withCreds, "-redis", "redis://coord:wrong@" + srv.Addr}, exitFailure, "WRONGPASS"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			te := newTestEnv(t, map[string]string{envRedisURL: tc.env})
-			args := append(append([]string{"lock", "hold", "-wait", "5s"}, tc.args...), "job", "--", "true")
-			code := run(context.Background(), args, te.env)
-			if code != tc.code || !strings.Contains(te.errOut.String(), tc.want) {
-				t.Fatalf("exit status %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.want, te.errOut)
-			}
-			if strings.Contains(te.errOut.String(), "dev mode") || strings.Contains(te.errOut.String(), "s3cret") {
-				t.Fatalf("stderr:\n%s", te.errOut)
-			}
-		})
-	}
+	runRedisCases(t, cases)
 }

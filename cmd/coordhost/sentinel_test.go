@@ -95,13 +95,7 @@ func TestHoldThroughSentinel(t *testing.T) {
   password = "s3cret"
 }
 `, st.MasterSet(), st.SentinelAddrs()[0], st.SentinelAddrs()[1], st.SentinelAddrs()[2])+goodConfig)
-	cases := []struct {
-		name string
-		env  string
-		args []string
-		code int
-		want string
-	}{
+	cases := []redisCase{
 		{"-redis", "", []string{"-redis", url}, 0, `coordhost: acquired lock "job"; key "coordhost:lock:job"`},
 		{"env", url, nil, 0, `coordhost: acquired lock "job"`},
 		{"-config with a sentinel block", "", []string{"-config", withSentinel}, 0, `key "t:job"`},
@@ -110,19 +104,7 @@ func TestHoldThroughSentinel(t *testing.T) {
 		{"unknown master set", "", []string{"-redis", strings.Replace(st.URL(), "master_set="+st.MasterSet(), "master_set=nope", 1)}, exitFailure,
 			`connecting to Redis at master set "nope" through the sentinels ` + st.SentinelAddrs()[0]},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			te := newTestEnv(t, map[string]string{envRedisURL: tc.env})
-			args := append(append([]string{"lock", "hold", "-wait", "5s"}, tc.args...), "job", "--", "true")
-			code := run(context.Background(), args, te.env)
-			if code != tc.code || !strings.Contains(te.errOut.String(), tc.want) {
-				t.Fatalf("exit status %d, want %d; stderr lacks %q:\n%s", code, tc.code, tc.want, te.errOut)
-			}
-			if strings.Contains(te.errOut.String(), "dev mode") || strings.Contains(te.errOut.String(), "s3cret") {
-				t.Fatalf("stderr:\n%s", te.errOut)
-			}
-		})
-	}
+	runRedisCases(t, cases)
 
 	// validate: the file is fine; with the sentinels stopped it still is
 	// (validate does not dial).
