@@ -20,6 +20,56 @@ func want(line int, frags ...string) wantDiag { return wantDiag{line, frags} }
 // source stands for its sha256.
 const plugScript = "#!/bin/sh\nexit 1\n"
 
+// mistakeCase is a source (PLUGSHA standing for plugScript's sha256) with
+// variables, and the errors it must give: all of them, nothing else.
+type mistakeCase struct {
+	name string
+	src  string
+	vars map[string]cty.Value
+	want []wantDiag
+}
+
+// runMistakes parses each case's source in dir, in a subtest, and checks
+// its diagnostics: as many as want, each an error on its line with its
+// fragments, rendered with the file name.
+func runMistakes(t *testing.T, dir string, tests []mistakeCase) {
+	t.Helper()
+	sha := sha256Hex(plugScript)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := strings.ReplaceAll(tt.src, "PLUGSHA", sha)
+			cfg, diags := parseIn(t, dir, src, LoadOptions{Vars: tt.vars})
+			out := render(t, cfg, diags)
+			if len(diags) != len(tt.want) {
+				t.Fatalf("got %d diagnostics, want %d:\n%s", len(diags), len(tt.want), out)
+			}
+			for i, w := range tt.want {
+				d := diags[i]
+				frags := make([]string, len(w.frags))
+				for j, f := range w.frags {
+					frags[j] = strings.ReplaceAll(f, "PLUGSHA", sha)
+				}
+				if d.Severity != 1 /* hcl.DiagError */ {
+					t.Errorf("diagnostic %d is not an error: %v", i, d)
+				}
+				line := 0
+				if d.Subject != nil {
+					line = d.Subject.Start.Line
+				}
+				if line != w.line {
+					t.Errorf("diagnostic %d on line %d, want %d:\n%s", i, line, w.line, out)
+				}
+				if !containsAll(text(d), frags...) {
+					t.Errorf("diagnostic %d = %q, want fragments %q", i, text(d), frags)
+				}
+				if d.Subject != nil && !strings.Contains(out, "  on "+d.Subject.Filename) {
+					t.Errorf("rendering lacks the file name:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
 // TestMistakes checks each kind of mistake: the diagnostics that come back
 // (all of them, nothing else), their lines and their wording.
 func TestMistakes(t *testing.T) {
@@ -30,12 +80,7 @@ func TestMistakes(t *testing.T) {
 	writeFile(t, dir, "noexec", plugScript, 0o644)
 	writeFile(t, dir, "cert.pem", "cert", 0o644)
 
-	tests := []struct {
-		name string
-		src  string
-		vars map[string]cty.Value
-		want []wantDiag
-	}{
+	tests := []mistakeCase{
 		// Structure.
 		{"unknown block", `bogus {}`, nil,
 			[]wantDiag{want(1, "Unsupported block type", `"bogus"`)}},
@@ -366,40 +411,7 @@ dynamic "lock" {
 			want(8, "Invalid duration", `"1x"`),
 		}},
 	}
-	sha := sha256Hex(plugScript)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			src := strings.ReplaceAll(tt.src, "PLUGSHA", sha)
-			cfg, diags := parseIn(t, dir, src, LoadOptions{Vars: tt.vars})
-			out := render(t, cfg, diags)
-			if len(diags) != len(tt.want) {
-				t.Fatalf("got %d diagnostics, want %d:\n%s", len(diags), len(tt.want), out)
-			}
-			for i, w := range tt.want {
-				d := diags[i]
-				frags := make([]string, len(w.frags))
-				for j, f := range w.frags {
-					frags[j] = strings.ReplaceAll(f, "PLUGSHA", sha)
-				}
-				if d.Severity != 1 /* hcl.DiagError */ {
-					t.Errorf("diagnostic %d is not an error: %v", i, d)
-				}
-				line := 0
-				if d.Subject != nil {
-					line = d.Subject.Start.Line
-				}
-				if line != w.line {
-					t.Errorf("diagnostic %d on line %d, want %d:\n%s", i, line, w.line, out)
-				}
-				if !containsAll(text(d), frags...) {
-					t.Errorf("diagnostic %d = %q, want fragments %q", i, text(d), frags)
-				}
-				if d.Subject != nil && !strings.Contains(out, "  on "+d.Subject.Filename) {
-					t.Errorf("rendering lacks the file name:\n%s", out)
-				}
-			}
-		})
-	}
+	runMistakes(t, dir, tests)
 }
 
 func TestLockNameRules(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/zclconf/go-cty/cty"
 )
 
 func TestSentinelBlock(t *testing.T) {
@@ -73,12 +72,7 @@ redis {
 // with the redis block's addresses, comes back at its line with words that
 // say what to do.
 func TestSentinelMistakes(t *testing.T) {
-	tests := []struct {
-		name string
-		src  string
-		vars map[string]cty.Value
-		want []wantDiag
-	}{
+	tests := []mistakeCase{
 		{"neither addresses nor sentinel", `redis {
   username = "u"
 }`, nil, []wantDiag{want(1, "Missing required argument", `"addresses"`, "sentinel block", "master_set")}},
@@ -181,27 +175,5 @@ redis {
   }
 }`, nil, []wantDiag{want(5, "Unsupported block type", `"tls"`)}},
 	}
-	dir := t.TempDir()
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, diags := parseIn(t, dir, tt.src, LoadOptions{Vars: tt.vars})
-			out := render(t, cfg, diags)
-			if len(diags) != len(tt.want) {
-				t.Fatalf("got %d diagnostics, want %d:\n%s", len(diags), len(tt.want), out)
-			}
-			for i, w := range tt.want {
-				d := diags[i]
-				line := 0
-				if d.Subject != nil {
-					line = d.Subject.Start.Line
-				}
-				if line != w.line || !containsAll(text(d), w.frags...) {
-					t.Errorf("diagnostic %d on line %d: %q; want line %d with %q\n%s", i, line, text(d), w.line, w.frags, out)
-				}
-				if d.Subject == nil || !strings.Contains(out, "  on "+d.Subject.Filename) {
-					t.Errorf("diagnostic %d has no rendered position:\n%s", i, out)
-				}
-			}
-		})
-	}
+	runMistakes(t, t.TempDir(), tests)
 }
