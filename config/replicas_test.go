@@ -11,15 +11,17 @@ import (
 
 // blockHeads are the blocks that take replicas and replica_timeout, each
 // opened with its required arguments on lines 1 to 3 (so the argument
-// under test is on line 4).
-// Their ttl is above every replica_timeout accepted (see
-// TestReplicaTimeoutWarning for one that is not).
+// under test is on line 4); %s is the ttl.
 var blockHeads = []struct{ kind, head string }{
-	{"lock", "lock \"a\" {\n  ttl = \"2m\"\n\n"},
-	{"rwlock", "rwlock \"a\" {\n  ttl = \"2m\"\n\n"},
-	{"semaphore", "semaphore \"a\" {\n  capacity = 2\n  ttl = \"2m\"\n"},
-	{"lease", "lease \"a\" {\n  ttl = \"2m\"\n\n"},
+	{"lock", "lock \"a\" {\n  ttl = \"%s\"\n\n"},
+	{"rwlock", "rwlock \"a\" {\n  ttl = \"%s\"\n\n"},
+	{"semaphore", "semaphore \"a\" {\n  capacity = 2\n  ttl = \"%s\"\n"},
+	{"lease", "lease \"a\" {\n  ttl = \"%s\"\n\n"},
 }
+
+// longTTL is a ttl above every replica_timeout accepted (see
+// TestReplicaTimeoutWarning for ttls that are not).
+const longTTL = "2m"
 
 // replication returns the Replication the one block of kind in cfg asks
 // for.
@@ -47,7 +49,7 @@ func TestReplication(t *testing.T) {
 			{"  replicas = 64\n  replica_timeout = \"1m\"\n", Replication{Replicas: 64, ReplicaTimeout: time.Minute}},
 			{"  replicas = 2\n  replica_timeout = \"1ms\"\n", Replication{Replicas: 2, ReplicaTimeout: time.Millisecond}},
 		} {
-			cfg := mustParse(t, b.head+tc.args+"}\n", LoadOptions{})
+			cfg := mustParse(t, fmt.Sprintf(b.head, longTTL)+tc.args+"}\n", LoadOptions{})
 			if got := replicationOf(cfg, b.kind); got != tc.want {
 				t.Errorf("%s with %q: %+v, want %+v", b.kind, tc.args, got, tc.want)
 			}
@@ -80,7 +82,7 @@ func TestReplicationMistakes(t *testing.T) {
 			{"misspelt", "  replica = 1\n", 4, []string{"Unsupported argument", `Did you mean "replicas"?`}},
 		} {
 			t.Run(b.kind+"/"+tc.name, func(t *testing.T) {
-				cfg, diags := Parse([]byte(b.head+tc.args+"}\n"), "test.hcl", LoadOptions{})
+				cfg, diags := Parse([]byte(fmt.Sprintf(b.head, longTTL)+tc.args+"}\n"), "test.hcl", LoadOptions{})
 				out := render(t, cfg, diags)
 				if len(diags) != 1 {
 					t.Fatalf("got %d diagnostics, want 1:\n%s", len(diags), out)
@@ -104,13 +106,8 @@ func TestReplicationMistakes(t *testing.T) {
 // a warning on the argument that sets it: a grant could expire while its
 // acquire waits for the replicas.
 func TestReplicaTimeoutWarning(t *testing.T) {
-	heads := map[string]string{
-		"lock":      "lock \"a\" {\n  ttl = \"%s\"\n\n",
-		"rwlock":    "rwlock \"a\" {\n  ttl = \"%s\"\n\n",
-		"semaphore": "semaphore \"a\" {\n  capacity = 2\n  ttl = \"%s\"\n",
-		"lease":     "lease \"a\" {\n  ttl = \"%s\"\n\n",
-	}
-	for kind, head := range heads {
+	for _, b := range blockHeads {
+		kind, head := b.kind, b.head
 		for _, tc := range []struct {
 			name, ttl, args string
 			line            int // of the warning; 0: none
