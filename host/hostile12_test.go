@@ -13,6 +13,7 @@ import (
 	"github.com/coordhost/coordhost/config"
 	"github.com/coordhost/coordhost/host"
 	"github.com/coordhost/coordhost/internal/redistest"
+	"github.com/coordhost/coordhost/internal/xtest"
 )
 
 // FINDING 5 (low): the re-check after a reload compares hazard sentences
@@ -35,7 +36,7 @@ func TestHostile12RecheckSaysReplicaHazardGone(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	var logs syncBuffer
+	var logs xtest.SyncBuffer
 	h, err := host.New(ctx, cfg, host.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), WasmCacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

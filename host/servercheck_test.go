@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -192,7 +190,7 @@ func TestReloadRechecksServerHazards(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	var logs syncBuffer
+	var logs xtest.SyncBuffer
 	h, err := host.New(ctx, cfg, host.Options{
 		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 		WasmCacheDir: t.TempDir(),
@@ -248,7 +246,7 @@ func TestServerHazardsOfRedlockNodes(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	var logs syncBuffer
+	var logs xtest.SyncBuffer
 	h, err := host.New(ctx, cfg, host.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), WasmCacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -266,24 +264,6 @@ func TestServerHazardsOfRedlockNodes(t *testing.T) {
 	if n := strings.Count(out, "redis setting weakens"); n != 2 {
 		t.Errorf("%d warnings, want the two about Redlock nodes (no persistence warning for them):\n%s", n, out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // host.New logs each hazard as a warning, unless SkipServerCheck.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -78,30 +77,11 @@ func waitSignalCmd(marker string, status int) []string {
 	return []string{os.Args[0], waitSignalArg, marker, strconv.Itoa(status)}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes (coordhost's own
-// messages and the child's output may arrive together).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testEnv is an env for in-process runs: captured output, no stdin, a
 // given environment, and signals injected through sig.
 type testEnv struct {
 	*env
-	out, errOut *syncBuffer
+	out, errOut *xtest.SyncBuffer
 	sig         chan os.Signal // send here to "signal" coordhost
 	mu          sync.Mutex
 	relay       chan<- os.Signal
@@ -112,7 +92,7 @@ type testEnv struct {
 // the real environment except PATH and HOME).
 func newTestEnv(t *testing.T, vars map[string]string) *testEnv {
 	t.Helper()
-	te := &testEnv{out: &syncBuffer{}, errOut: &syncBuffer{}, sig: make(chan os.Signal, 4)}
+	te := &testEnv{out: &xtest.SyncBuffer{}, errOut: &xtest.SyncBuffer{}, sig: make(chan os.Signal, 4)}
 	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range vars {
 		base = append(base, k+"="+v)
@@ -211,8 +191,8 @@ func processGone(pid int) bool {
 // asMainEnv mode).
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
-	stdout *syncBuffer
+	stderr *xtest.SyncBuffer
+	stdout *xtest.SyncBuffer
 	waited bool
 }
 
@@ -223,7 +203,7 @@ func startProc(t *testing.T, extraEnv []string, args ...string) *proc {
 	cmd := exec.Command(os.Args[0], args...)
 	// GORACE: a race-enabled binary otherwise sleeps 1s at exit.
 	cmd.Env = append(append(os.Environ(), asMainEnv+"=1", "GORACE=atexit_sleep_ms=0"), extraEnv...)
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, stdout: &syncBuffer{}}
+	p := &proc{cmd: cmd, stderr: &xtest.SyncBuffer{}, stdout: &xtest.SyncBuffer{}}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -269,7 +249,7 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 }
 
 // waitOutput waits until buf matches re and returns the submatches.
-func waitOutput(t *testing.T, d time.Duration, buf *syncBuffer, re *regexp.Regexp) []string {
+func waitOutput(t *testing.T, d time.Duration, buf *xtest.SyncBuffer, re *regexp.Regexp) []string {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {

@@ -20,9 +20,9 @@ import (
 
 // newSupervisor returns a supervisor whose messages go to the returned
 // buffer and whose signals come from the returned channel.
-func newSupervisor(grace time.Duration) (*supervisor, chan os.Signal, *syncBuffer) {
+func newSupervisor(grace time.Duration) (*supervisor, chan os.Signal, *xtest.SyncBuffer) {
 	sigs := make(chan os.Signal, 4)
-	log := &syncBuffer{}
+	log := &xtest.SyncBuffer{}
 	return &supervisor{
 		signals: sigs,
 		grace:   grace,

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordhost/coordhost/internal/xtest"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -232,7 +233,7 @@ type grpcStream struct {
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
 	dec    *json.Decoder
-	stderr *syncBuffer
+	stderr *xtest.SyncBuffer
 	done   chan struct{}
 	once   sync.Once
 }
@@ -247,7 +248,7 @@ func (d *daemon) grpcurlStream(t testing.TB, method string, extra ...string) *gr
 	bin := need(t, grpcurlClient)
 	args := append([]string{"-plaintext", "-format", "json", "-emit-defaults", "-format-error", "-d", "@"}, extra...)
 	args = append(args, d.Addr, method)
-	s := &grpcStream{method: method, cmd: exec.Command(bin, args...), stderr: new(syncBuffer), done: make(chan struct{})}
+	s := &grpcStream{method: method, cmd: exec.Command(bin, args...), stderr: new(xtest.SyncBuffer), done: make(chan struct{})}
 	var err error
 	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -110,7 +109,7 @@ type daemon struct {
 	Config string
 
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *xtest.SyncBuffer
 	done chan struct{} // closed once the process has been reaped
 	err  error         // cmd.Wait's error, once done
 }
@@ -150,7 +149,7 @@ func startDaemon(t *testing.T, blocks string, opts ...daemonOption) *daemon {
 		c.redis = redistest.Start(t, redistest.WithKind(c.kind))
 	}
 	dir := t.TempDir()
-	d := &daemon{Redis: c.redis, Config: filepath.Join(dir, "coordhost.hcl"), log: new(syncBuffer), done: make(chan struct{})}
+	d := &daemon{Redis: c.redis, Config: filepath.Join(dir, "coordhost.hcl"), log: new(xtest.SyncBuffer), done: make(chan struct{})}
 	hcl := fmt.Sprintf("redis {\n  addresses  = [%q]\n  key_prefix = \"e2e:\"\n}\n\nserver {\n  log_format = \"json\"\n}\n\n%s\n", c.redis.Addr, blocks)
 	if err := os.WriteFile(d.Config, []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
@@ -238,22 +237,4 @@ func (d *daemon) Kill() {
 func (d *daemon) dbsize(t *testing.T) string {
 	t.Helper()
 	return d.Redis.MustCmd(t, "DBSIZE")
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -1,6 +1,6 @@
 // Package xtest holds the helpers every test package shares: one TestMain
 // (goroutine-leak check, optional example server and cleanup), a bounded
-// context, and Eventually. Tests only; production code never imports it.
+// context, Eventually, and a SyncBuffer for output written concurrently. Tests only; production code never imports it.
 package xtest
 
 import (
