@@ -34,8 +34,7 @@ local expired = score ~= 'inf' and tonumber(score) <= now
 -- cluster node whose slot is MIGRATING, any command on a key the node no
 -- longer has fails the script ("non local key") after the writes before
 -- it. So count first, then delete both keys or remove and re-expire.
-local stale = redis.call('ZCOUNT', zset, '-inf', now)
-local left = redis.call('ZCARD', zset) - stale
+local left = sem_live(zset, now)
 if not expired then
   left = left - 1
 end
