@@ -31,14 +31,11 @@ local function sem_live(zset, now)
 end
 
 -- sem_expire gives both keys the lifetime of the longest live permit: none
--- while a permit without expiry lives, else the latest deadline; an empty
--- set is deleted with its capacity. The key's expiry never cuts a live
--- permit short.
+-- while a permit without expiry lives, else the latest deadline. The key's
+-- expiry never cuts a live permit short. Call it only while a live permit
+-- remains: a script that may empty the set deletes both keys itself,
+-- before touching them again (see semaphore_release).
 local function sem_expire(zset, capkey)
-  if redis.call('ZCARD', zset) == 0 then
-    redis.call('DEL', zset, capkey)
-    return
-  end
   if redis.call('ZCOUNT', zset, '+inf', '+inf') > 0 then
     redis.call('PERSIST', zset)
     redis.call('PERSIST', capkey)
