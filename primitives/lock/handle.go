@@ -109,12 +109,7 @@ type lockOps struct {
 func (o lockOps) Describe() string { return fmt.Sprintf("lock %q", o.key) }
 
 func (o lockOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
-	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key}, []string{token, ms})
-	n, err := res.AsInt64()
-	if err == nil && n == 1 && !ack.OK() {
-		return 0, ack.Err(o.Describe(), "renew", "handle lost")
-	}
-	return n, renewScript.Classify(err)
+	return o.rep.Renew(ctx, c, renewScript, o.Describe, []string{o.key}, []string{token, ms})
 }
 
 func (o lockOps) Release(ctx context.Context, c rueidis.Client, token string) (int64, error) {

@@ -112,12 +112,7 @@ type leaseOps struct {
 func (o leaseOps) Describe() string { return fmt.Sprintf("rwlock %q %s lease", o.key, o.mode) }
 
 func (o leaseOps) Renew(ctx context.Context, c rueidis.Client, _, ms string) (int64, error) {
-	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key}, []string{o.member, ms})
-	n, err := res.AsInt64()
-	if err == nil && n == 1 && !ack.OK() {
-		return 0, ack.Err(o.Describe(), "renew", "handle lost")
-	}
-	return n, renewScript.Classify(err)
+	return o.rep.Renew(ctx, c, renewScript, o.Describe, []string{o.key}, []string{o.member, ms})
 }
 
 func (o leaseOps) Release(ctx context.Context, c rueidis.Client, _ string) (int64, error) {

@@ -141,12 +141,7 @@ type permitOps struct {
 func (o permitOps) Describe() string { return fmt.Sprintf("semaphore %q", o.key) }
 
 func (o permitOps) Renew(ctx context.Context, c rueidis.Client, token, ms string) (int64, error) {
-	res, ack := o.rep.Run(ctx, c, renewScript, []string{o.key, o.capKey}, []string{token, ms})
-	n, err := res.AsInt64()
-	if err == nil && n == 1 && !ack.OK() {
-		return 0, ack.Err(o.Describe(), "renew", "handle lost")
-	}
-	return n, renewScript.Classify(err)
+	return o.rep.Renew(ctx, c, renewScript, o.Describe, []string{o.key, o.capKey}, []string{token, ms})
 }
 
 func (o permitOps) Release(ctx context.Context, c rueidis.Client, token string) (int64, error) {

@@ -99,6 +99,20 @@ func (w Wait) Run(ctx context.Context, c rueidis.CoreClient, sc *script.Script, 
 	return res, a
 }
 
+// Renew runs the renew script sc (1 renewed, 0 not owned) as Run does and
+// answers as handle.Ops.Renew: a renewal the server made but too few
+// replicas confirmed is an error from Ack.Err (op "renew", settled "handle
+// lost") naming what describe returns (called only then); other errors
+// come back classified by sc.
+func (w Wait) Renew(ctx context.Context, c rueidis.CoreClient, sc *script.Script, describe func() string, keys, args []string) (int64, error) {
+	res, ack := w.Run(ctx, c, sc, keys, args)
+	n, err := res.AsInt64()
+	if err == nil && n == 1 && !ack.OK() {
+		return 0, ack.Err(describe(), "renew", "handle lost")
+	}
+	return n, sc.Classify(err)
+}
+
 // maxRedirects bounds the MOVED and ASK redirections one Run follows.
 const maxRedirects = 5
 
