@@ -87,8 +87,7 @@ func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, e
 			return c, nil
 		}
 	}
-	var start time.Time
-	pause := 5 * time.Millisecond
+	b := script.Backoff{Bound: script.RefusedWait}
 	for redirects := 0; ; {
 		c, err := p.dial(ctx, key, node, to)
 		r, refused := script.IsRefusal(err)
@@ -112,20 +111,13 @@ func (p *Pool) get(ctx context.Context, key string, to script.Refusal) (*Conn, e
 			continue
 		}
 		// CLUSTERDOWN or LOADING: wait as script.Run does.
-		if start.IsZero() {
-			start = time.Now()
+		ok, werr := b.Wait(ctx)
+		if werr != nil {
+			return nil, werr
 		}
-		if time.Since(start)+pause > script.RefusedWait {
+		if !ok {
 			return nil, err
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 

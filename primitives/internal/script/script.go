@@ -92,28 +92,47 @@ func Do(ctx context.Context, c rueidis.CoreClient, build func() rueidis.Complete
 // resend calls send until its reply is not a refusal to wait out, ctx
 // ends, or wait has passed since the first refusal.
 func resend(ctx context.Context, wait time.Duration, send func() rueidis.RedisResult) rueidis.RedisResult {
-	var start time.Time
-	pause := refusedBackoff
+	b := Backoff{Bound: wait}
 	for {
 		resp := send()
 		if !retryLater(resp.Error()) || ctx.Err() != nil {
 			return resp
 		}
-		if start.IsZero() {
-			start = time.Now()
-		}
-		if time.Since(start)+pause > wait {
+		if ok, _ := b.Wait(ctx); !ok {
 			return resp
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return resp
-		case <-t.C:
-		}
-		pause = min(2*pause, refusedBackoffMax)
 	}
+}
+
+// Backoff paces the resends of a command the server refused for now (a
+// refusal that is not a redirection: TRYAGAIN, CLUSTERDOWN, LOADING), as
+// Run paces its own: pauses of 5ms doubling up to 100ms, none ending more
+// than Bound after the first.
+type Backoff struct {
+	Bound time.Duration
+	start time.Time // the first Wait
+	pause time.Duration
+}
+
+// Wait pauses before the next resend. It returns false at once when the
+// pause would end more than Bound after the first Wait, and false with
+// ctx.Err() when ctx ends during the pause.
+func (b *Backoff) Wait(ctx context.Context) (bool, error) {
+	if b.start.IsZero() {
+		b.start, b.pause = time.Now(), refusedBackoff
+	}
+	if time.Since(b.start)+b.pause > b.Bound {
+		return false, nil
+	}
+	t := time.NewTimer(b.pause)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return false, ctx.Err()
+	case <-t.C:
+	}
+	b.pause = min(2*b.pause, refusedBackoffMax)
+	return true, nil
 }
 
 func (s *Script) run(ctx context.Context, c rueidis.CoreClient, keys, args []string) rueidis.RedisResult {
