@@ -2,27 +2,17 @@ package lease_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/leasetest"
 	"github.com/coordhost/coordhost/primitives/lease"
 )
-
-// hget reads field of key on s: "" when absent.
-func hget(t *testing.T, s *redistest.Server, key, field string) string {
-	t.Helper()
-	v, err := s.Cmd(t, "HGET", key, field)
-	if err != nil && !strings.Contains(err.Error(), "nil") {
-		t.Fatalf("HGET on %s: %v", s.Addr, err)
-	}
-	return v
-}
 
 // With Replicas = 1 a lease and its renewal are on the replica when the
 // calls return; with the replica paused, acquires fail with
@@ -39,7 +29,7 @@ func TestReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hget(t, r, "h", "f") != l.Token() {
+	if leasetest.Read(t, r, "HGET", "h", "f") != l.Token() {
 		t.Fatal("the lease is not on the replica")
 	}
 	if ok, err := l.Renew(ctx, time.Hour); !ok || err != nil {
@@ -51,53 +41,30 @@ func TestReplicas(t *testing.T) {
 
 	r.Pause()
 	defer r.Resume()
-	ok, err := l.Renew(ctx, time.Minute)
-	if ok || !errors.Is(err, primitives.ErrNotReplicated) || !strings.Contains(err.Error(), `lease "h" field "f": renew not confirmed by replicas (handle lost)`) {
-		t.Fatalf("Renew with the replica paused: %v %v", ok, err)
-	}
-	select {
-	case <-l.Done():
-	default:
-		t.Fatal("Done open after an unconfirmed renewal")
-	}
-	if res, err := l.Release(ctx); res != primitives.Released || err != nil {
-		t.Fatal(res, err)
-	}
-	for name, try := range map[string]func() (*lease.Lease, error){
-		"TryAcquire": func() (*lease.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Minute) },
-	} {
-		start := time.Now()
-		l, err := try()
-		if l != nil || !errors.Is(err, primitives.ErrNotReplicated) || !strings.Contains(err.Error(), `lease "h" field "f": acquire not confirmed by replicas (released)`) {
-			t.Fatalf("%s: %v %v", name, l, err)
-		}
-		if took := time.Since(start); took < timeout {
-			t.Errorf("%s: failed after %v, before the %v timeout", name, took, timeout)
-		}
-		if v := hget(t, p, "h", "f"); v != "" {
-			t.Fatalf("%s: the field is still held on the primary (%q)", name, v)
-		}
-	}
-	// A waiting Acquire does not stop at an unconfirmed grant: it gives
-	// each one back and tries again, until its ctx ends, holding nothing.
-	actx, cancel := context.WithTimeout(ctx, 3*timeout)
-	defer cancel()
-	pm, err := ls.Acquire(actx, "h", "f", time.Minute)
-	if pm != nil || !errors.Is(err, context.DeadlineExceeded) || hget(t, p, "h", "f") != "" {
-		t.Fatalf("a waiting Acquire with the replica paused: %v %v", pm, err)
-	}
+	leasetest.Unreplicated{
+		Held:       l,
+		Timeout:    timeout,
+		RenewErr:   `lease "h" field "f": renew not confirmed by replicas (handle lost)`,
+		AcquireErr: `lease "h" field "f": acquire not confirmed by replicas (released)`,
+		Try: map[string]func(context.Context) (primitives.Lease, error){
+			"TryAcquire": func(ctx context.Context) (primitives.Lease, error) { return ls.TryAcquire(ctx, "h", "f", time.Minute) },
+		},
+		Wait: map[string]func(context.Context) (primitives.Lease, error){
+			"Acquire": func(ctx context.Context) (primitives.Lease, error) { return ls.Acquire(ctx, "h", "f", time.Minute) },
+		},
+		Left: func(t *testing.T) string {
+			if v := leasetest.Read(t, p, "HGET", "h", "f"); v != "" {
+				return fmt.Sprintf("the field, held by %q,", v)
+			}
+			return ""
+		},
+	}.Check(t, ctx)
 }
 
 func TestReplicasBadOptions(t *testing.T) {
 	c := redistest.Start(t).Client(t)
-	for _, o := range []lease.Options{
-		{Replicas: -1},
-		{Replicas: primitives.MaxReplicas + 1},
-		{Replicas: 1, ReplicaTimeout: -time.Millisecond},
-		{Replicas: 1, ReplicaTimeout: primitives.MaxReplicaTimeout + time.Millisecond},
-	} {
-		if ls, err := lease.New(c, o); ls != nil || !errors.Is(err, primitives.ErrInvalidOptions) || !strings.Contains(err.Error(), "lease: Replica") {
-			t.Errorf("%+v: %v", o, err)
-		}
-	}
+	leasetest.BadReplicaOptions(t, "lease", func(n int, timeout time.Duration) (bool, error) {
+		ls, err := lease.New(c, lease.Options{Replicas: n, ReplicaTimeout: timeout})
+		return ls != nil, err
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/leasetest"
 	"github.com/coordhost/coordhost/primitives/lock"
 )
 
@@ -23,11 +24,7 @@ func replicated(t *testing.T) (primary, replica *redistest.Server) {
 // get reads key on s: "" when absent.
 func get(t *testing.T, s *redistest.Server, key string) string {
 	t.Helper()
-	v, err := s.Cmd(t, "GET", key)
-	if err != nil && !strings.Contains(err.Error(), "nil") {
-		t.Fatalf("GET %s on %s: %v", key, s.Addr, err)
-	}
-	return v
+	return leasetest.Read(t, s, "GET", key)
 }
 
 // With Replicas = 1 a grant, its fencing token and a renewal are on the
@@ -209,21 +206,10 @@ func TestReplicasUnconfirmedRenewalLosesHandle(t *testing.T) {
 
 func TestReplicasBadOptions(t *testing.T) {
 	c := redistest.Start(t).Client(t)
-	for _, tc := range []struct {
-		opts lock.Options
-		want string
-	}{
-		{lock.Options{Replicas: -1}, "Replicas -1 is negative"},
-		{lock.Options{Replicas: primitives.MaxReplicas + 1}, "Replicas 65 is above the maximum of 64"},
-		{lock.Options{Replicas: 1, ReplicaTimeout: -time.Second}, "ReplicaTimeout -1s is negative"},
-		{lock.Options{Replicas: 1, ReplicaTimeout: time.Hour}, "ReplicaTimeout 1h0m0s is above the maximum of 1m0s"},
-		{lock.Options{ReplicaTimeout: -time.Second}, "ReplicaTimeout -1s is negative"},
-	} {
-		l, err := lock.New(c, tc.opts)
-		if l != nil || !errors.Is(err, primitives.ErrInvalidOptions) || !strings.Contains(err.Error(), "lock: "+tc.want) {
-			t.Errorf("%+v: %v, want ErrInvalidOptions with %q", tc.opts, err, tc.want)
-		}
-	}
+	leasetest.BadReplicaOptions(t, "lock", func(n int, timeout time.Duration) (bool, error) {
+		l, err := lock.New(c, lock.Options{Replicas: n, ReplicaTimeout: timeout})
+		return l != nil, err
+	})
 }
 
 // commandstats returns the calls per command since the last CONFIG

@@ -9,6 +9,7 @@ import (
 	"github.com/coordhost/coordhost/internal/redistest"
 	"github.com/coordhost/coordhost/internal/xtest"
 	"github.com/coordhost/coordhost/primitives"
+	"github.com/coordhost/coordhost/primitives/internal/leasetest"
 	"github.com/coordhost/coordhost/primitives/rwlock"
 )
 
@@ -61,7 +62,7 @@ func TestHostile12ClusterWaitAnsweredByOldMaster(t *testing.T) {
 	lease, err = l.TryAcquireWrite(ctx, key, time.Minute)
 	t.Logf("slot moved from master %d to %d, its replica stopped: TryAcquireWrite = %v, %v", from, to, lease != nil, err)
 	if err == nil {
-		t.Fatalf("write grant reported confirmed although the new master's only replica is stopped (on the new master: %q)", score(t, cl.Servers[to], key, "w:"+lease.Token()))
+		t.Fatalf("write grant reported confirmed although the new master's only replica is stopped (on the new master: %q)", leasetest.Read(t, cl.Servers[to], "ZSCORE", key, "w:"+lease.Token()))
 	}
 	if !errors.Is(err, primitives.ErrNotReplicated) {
 		t.Fatalf("error %v, want ErrNotReplicated", err)
