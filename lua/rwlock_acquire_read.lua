@@ -44,7 +44,8 @@ check_types(holders, writers)
 local now = now_ms()
 
 local first = {}
-if live_holders(holders, now) > 0 then
+local held = live_holders(holders, now) > 0
+if held then
   prune_holders(holders, now)
   first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
 end
@@ -68,7 +69,9 @@ end
 
 local member = 'r:' .. token
 redis.call('ZADD', holders, now + ms, member)
-prune_holders(holders, now)
+if not held then
+  prune_holders(holders, now) -- pruned above otherwise
+end
 expire_at_latest(holders)
 if log then
   redis.call('RPUSH', log, member)
