@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -576,19 +578,32 @@ var scriptInternal = map[string]bool{"set": true, "get": true, "del": true, "ptt
 // commandStats sums the calls of commands clients sent (see scriptInternal).
 func commandStats(t *testing.T, s *redistest.Server) int {
 	t.Helper()
+	stats := commandstats(t, s)
 	total := 0
-	for _, line := range strings.Split(s.MustCmd(t, "INFO", "commandstats"), "\n") {
-		name, _, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
-		if !strings.HasPrefix(line, "cmdstat_") || scriptInternal[name] {
+	for _, name := range slices.Sorted(maps.Keys(stats)) {
+		if scriptInternal[name] {
 			continue
 		}
-		t.Logf("%s", strings.TrimSpace(line))
-		i := strings.Index(line, "calls=")
-		j := strings.IndexByte(line[i:], ',')
-		n, _ := strconv.Atoi(line[i+6 : i+j])
-		total += n
+		t.Logf("cmdstat_%s:calls=%d", name, stats[name])
+		total += stats[name]
 	}
 	return total
+}
+
+// commandstats returns the calls per command since the last CONFIG
+// RESETSTAT.
+func commandstats(t *testing.T, s *redistest.Server) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for line := range strings.Lines(s.MustCmd(t, "INFO", "commandstats")) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		out[name], _ = strconv.Atoi(n)
+	}
+	return out
 }
 
 // waitConnID returns the CLIENT ID of the wait engine's connection.

@@ -212,22 +212,6 @@ func TestReplicasBadOptions(t *testing.T) {
 	})
 }
 
-// commandstats returns the calls per command since the last CONFIG
-// RESETSTAT.
-func commandstats(t *testing.T, s *redistest.Server) map[string]int {
-	t.Helper()
-	out := map[string]int{}
-	for line := range strings.Lines(s.MustCmd(t, "INFO", "commandstats")) {
-		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _, _ := strings.Cut(rest, ",")
-		out[name], _ = strconv.Atoi(n)
-	}
-	return out
-}
-
 // Replicas = 0 keeps the fast path: a plain acquire is one SET, a renewal
 // and a release one EVALSHA each, and no WAIT; Replicas = 1 adds one WAIT
 // per acquire (which then runs the script) and per renewal, and none per
