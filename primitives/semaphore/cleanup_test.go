@@ -1,7 +1,6 @@
 package semaphore_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
@@ -14,24 +13,6 @@ import (
 	"github.com/coordhost/coordhost/primitives"
 	"github.com/coordhost/coordhost/primitives/semaphore"
 )
-
-// syncBuffer is a log sink safe for the cleanup goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // abandons collects OnAbandon reports.
 type abandons struct {
@@ -63,7 +44,7 @@ func (a *abandons) list() []semaphore.Abandon {
 func TestCloseBackgroundGivesUp(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := xtest.Ctx(t, 20*time.Second)
-	var logs syncBuffer
+	var logs xtest.SyncBuffer
 	ab := newAbandons()
 	s := newSems(t, srv.Client(t), semaphore.Options{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), OnAbandon: ab.hook,
