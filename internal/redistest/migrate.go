@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +52,20 @@ func SlotOf(key string) int {
 // migration of the slot that is the source (From) until Finish.
 func (c *Cluster) Owner(slot int) int {
 	return c.slotOwner[slot]
+}
+
+// KeyOn returns the first key prefix+N (N = 0, 1, ...) whose slot master i
+// owns and is none of avoid, or fails t.
+func (c *Cluster) KeyOn(t testing.TB, prefix string, i int, avoid ...int) string {
+	t.Helper()
+	for n := 0; n < 100000; n++ {
+		k := prefix + strconv.Itoa(n)
+		if s := SlotOf(k); c.Owner(s) == i && !slices.Contains(avoid, s) {
+			return k
+		}
+	}
+	t.Fatalf("redistest: no key %s<N> on master %d", prefix, i)
+	return ""
 }
 
 // Migrating returns the migration under way, or nil. The result is a copy.

@@ -2,7 +2,6 @@ package lock_test
 
 import (
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -46,7 +45,7 @@ func TestHostile12ClusterWaitAnsweredByOldMaster(t *testing.T) {
 	// Load the acquire script on every master and teach the client the
 	// slot map: one confirmed grant per master.
 	for i := range cl.Servers {
-		k := keyOn(t, cl, i)
+		k := cl.KeyOn(t, "warm", i)
 		lk, err := l.TryAcquire(ctx, k, time.Minute)
 		if err != nil {
 			t.Fatalf("warm-up on master %d (%s): %v", i, k, err)
@@ -105,7 +104,7 @@ func TestHostile12ClusterAskPanics(t *testing.T) {
 	off := newLocker(t, c, lock.Options{})
 	for i := range cl.Servers { // load the script everywhere, learn the map
 		for _, l := range []*lock.Locker{on, off} {
-			lk, err := l.TryAcquire(ctx, keyOn(t, cl, i), time.Minute)
+			lk, err := l.TryAcquire(ctx, cl.KeyOn(t, "warm", i), time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,19 +136,6 @@ func asking(t *testing.T, s *redistest.Server, key string) string {
 	t.Helper()
 	s.MustCmd(t, "ASKING")
 	return get(t, s, key)
-}
-
-// keyOn returns a key whose slot master i owns.
-func keyOn(t *testing.T, cl *redistest.Cluster, i int) string {
-	t.Helper()
-	for n := 0; n < 100000; n++ {
-		k := "warm" + strconv.Itoa(n)
-		if cl.Owner(redistest.SlotOf(k)) == i {
-			return k
-		}
-	}
-	t.Fatalf("no key on master %d", i)
-	return ""
 }
 
 // FINDING 2 (medium): on a Cluster, with Options.Replicas a renewal goes

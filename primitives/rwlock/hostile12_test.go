@@ -2,7 +2,6 @@ package rwlock_test
 
 import (
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -32,13 +31,7 @@ func TestHostile12ClusterWaitAnsweredByOldMaster(t *testing.T) {
 
 	// Load the write script on every master (and learn the slot map).
 	for i := range cl.Servers {
-		var k string
-		for n := 0; ; n++ {
-			if k = "warm" + strconv.Itoa(n); cl.Owner(redistest.SlotOf(k)) == i {
-				break
-			}
-		}
-		lease, err := l.TryAcquireWrite(ctx, k, time.Minute)
+		lease, err := l.TryAcquireWrite(ctx, cl.KeyOn(t, "warm", i), time.Minute)
 		if err != nil {
 			t.Fatalf("warm-up on master %d: %v", i, err)
 		}

@@ -11,27 +11,6 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// keyOn returns a key whose slot master i of cl owns.
-func keyOn(t *testing.T, cl *redistest.Cluster, i int, avoid ...int) string {
-	t.Helper()
-next:
-	for n := 0; n < 100000; n++ {
-		k := fmt.Sprintf("fence:%d", n)
-		s := redistest.SlotOf(k)
-		if cl.Owner(s) != i {
-			continue
-		}
-		for _, a := range avoid {
-			if s == a {
-				continue next
-			}
-		}
-		return k
-	}
-	t.Fatalf("no key on master %d", i)
-	return ""
-}
-
 // clusterPool returns a Pool over a new client of cl, closed at cleanup.
 func clusterPool(t *testing.T, cl *redistest.Cluster, opts ...func(*rueidis.ClientOption)) *Pool {
 	t.Helper()
@@ -78,9 +57,9 @@ func TestPoolReusesClusterConnections(t *testing.T) {
 	p := clusterPool(t, cl)
 	ctx := context.Background()
 
-	a0 := keyOn(t, cl, 0)
-	a1 := keyOn(t, cl, 0, redistest.SlotOf(a0)) // same node, another slot
-	b := keyOn(t, cl, 1)
+	a0 := cl.KeyOn(t, "fence:", 0)
+	a1 := cl.KeyOn(t, "fence:", 0, redistest.SlotOf(a0)) // same node, another slot
+	b := cl.KeyOn(t, "fence:", 1)
 
 	c := nodeConn(t, p, a0)
 	set(t, c, a0)
@@ -128,7 +107,7 @@ func TestPoolForgetsMovedSlot(t *testing.T) {
 	p := clusterPool(t, cl)
 	ctx := context.Background()
 
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	old := nodeConn(t, p, k)
 	p.Put(old)
 	cl.MigrateSlot(t, redistest.SlotOf(k), 2)
@@ -181,7 +160,7 @@ func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 	p := clusterPool(t, cl)
 	ctx := context.Background()
 
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	c := nodeConn(t, p, k)
 	p.Put(c)
 	slot := p.slotOf(k)
@@ -208,7 +187,7 @@ func TestPoolForgetsSlotOnMovedToUnknownNode(t *testing.T) {
 func TestPoolAfterMasterDies(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
 	p := clusterPool(t, cl)
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	dead := nodeConn(t, p, k)
 	dead.Discard() // the pool would hand it out, and its command fail
 	cl.KillMaster(t, 0)
@@ -250,7 +229,7 @@ func TestPoolAfterMasterDiesWithIdleConnections(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithReplicas(1))
 	p := clusterPool(t, cl)
 	ctx := context.Background()
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	cs := []*Conn{nodeConn(t, p, k)}
 	for range 4 {
 		c, err := p.Get(ctx, k)
@@ -288,7 +267,7 @@ func TestPoolGetWithAStoppedNode(t *testing.T) {
 	}
 	p := NewPool(client)
 	defer p.Close()
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	cl.Servers[2].Pause()
 	defer cl.Servers[2].Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -307,7 +286,7 @@ func TestPoolResolveOnCancelledContext(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	p := clusterPool(t, cl)
 	ctx := context.Background()
-	c, err := p.Get(ctx, keyOn(t, cl, 0))
+	c, err := p.Get(ctx, cl.KeyOn(t, "fence:", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +301,7 @@ func TestPoolResolveOnCancelledContext(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	p.nodeOf(cancelled, "127.0.0.1:1") // an address no node has
-	k := keyOn(t, cl, 1)
+	k := cl.KeyOn(t, "fence:", 1)
 	if c, err = p.Get(ctx, k); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +327,7 @@ func TestPoolReadOnlyClientAfterFailover(t *testing.T) {
 	p := NewPool(client)
 	defer p.Close()
 	ctx := context.Background()
-	k := keyOn(t, cl, 0)
+	k := cl.KeyOn(t, "fence:", 0)
 	for range 3 {
 		if _, err := Attempt(ctx, p, nil, Identity{}, "test", k, evalSet(k), settled); err != nil {
 			t.Fatal(err)
