@@ -10,14 +10,25 @@
 --
 -- The answer of create, renew and get is
 --   {ttl ms, rod, TIME seconds, TIME microseconds, PTTL ms, grant id...}
--- with the grant ids only where the script says so. TIME is read inside
--- the script so every daemon reports expiries on the clock that expires
--- the key.
+-- with the grant ids only where the script says so. The time is the
+-- server's, so every daemon reports expiries on the clock that expires
+-- the key: PEXPIRETIME less PTTL (Redis 7.0+) is the very millisecond the
+-- script's PTTL counts from, so every answer for one expiry names the
+-- same instant; TIME (older servers) can be a millisecond later.
 
 -- session_answer builds the answer for the session at key.
 local function session_answer(key, ttl, rod, with_grants)
-  local t = redis.call('TIME')
-  local out = {ttl, rod, t[1], t[2], redis.call('PTTL', key)}
+  local pttl = redis.call('PTTL', key)
+  local s, us
+  local ok, at = pcall(redis.call, 'PEXPIRETIME', key)
+  if ok and type(at) == 'number' and at > 0 then
+    local now = at - pttl
+    s, us = math.floor(now / 1000), (now % 1000) * 1000
+  else
+    local t = redis.call('TIME')
+    s, us = t[1], t[2]
+  end
+  local out = {ttl, rod, s, us, pttl}
   if with_grants then
     local all = redis.call('HGETALL', key)
     for i = 1, #all, 2 do
