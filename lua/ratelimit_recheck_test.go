@@ -84,8 +84,11 @@ func expiryCovers(t *testing.T, strict bool) {
 			span := int64(window * 1000)
 			check := func(what string, i int, at, end int64) {
 				t.Helper()
+				if at == -2 && serverMicros(t, ctx, s)+1000 >= end {
+					return // gone in its time: the read came late (a loaded machine)
+				}
 				if at < 0 {
-					t.Fatalf("%s call %d: the key has no expiry (%d)", what, i, at)
+					t.Fatalf("%s call %d: the key has no expiry (%d) before its end", what, i, at)
 				}
 				if strict && at*1000 < end {
 					t.Errorf("%s call %d: PEXPIRETIME*1000 = %d, %d µs before the end %d", what, i, at*1000, end-at*1000, end)
@@ -93,6 +96,11 @@ func expiryCovers(t *testing.T, strict bool) {
 				if (at+1)*1000 < end {
 					t.Errorf("%s call %d: (PEXPIRETIME+1)*1000 = %d, %d µs before the end %d", what, i, (at+1)*1000, end-(at+1)*1000, end)
 				}
+			}
+			// Half the bucket first: full again only seconds later, so a
+			// read delayed by a loaded machine still finds the key.
+			if d, err := decide(t, ctx, s, lua.RateLimitBucket, "tb", "500", "500", "1000", "1", "10"); err != nil || d.granted != 1 || d.remaining != 500 {
+				t.Fatalf("draining half the bucket: %+v %v", d, err)
 			}
 			for i := range 300 {
 				d, err := decide(t, ctx, s, lua.RateLimitSliding, "sw", "1", "1", "1000000", strconv.Itoa(window), strconv.Itoa(segments))
@@ -102,7 +110,7 @@ func expiryCovers(t *testing.T, strict bool) {
 				check("sliding", i, expireTime(t, ctx, s, "sw"), latestSegment(t, ctx, s, "sw")+span)
 
 				// A bucket of 1000 refilling 1 per 10 ms: 1 consumed per call
-				// keeps it one refill from full.
+				// keeps it about 500 refills from full.
 				d, err = decide(t, ctx, s, lua.RateLimitBucket, "tb", "1", "1", "1000", "1", "10")
 				if err != nil || d.granted != 1 {
 					t.Fatalf("bucket call %d: %+v %v", i, d, err)
