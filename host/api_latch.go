@@ -349,6 +349,12 @@ func (s latchService) Wait(ctx context.Context, req *connect.Request[coordhostv1
 	completed, last, err := l.waitBeating(wctx, attrs, gen, s.h.opts.WaitHeartbeat, func(n int64) error {
 		return stream.Send(&coordhostv1.WaitLatchResponse{Count: n})
 	})
+	if err != nil && wctx.Err() != nil {
+		// The call ended (the client's deadline or cancel, or a drain)
+		// as a slice ran out or a send failed: the end, not the error
+		// that happened to meet it, is why the wait stopped.
+		err = wctx.Err()
+	}
 	l.h.metrics.latch.observeWait(wctx, name, completed, time.Since(start), err)
 	switch {
 	case err == nil:

@@ -370,10 +370,13 @@ func TestAPILatchWaitEnds(t *testing.T) {
 	url, hc := apiServer(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, mode := range apiModes {
+	for i, mode := range apiModes {
 		t.Run(mode.name, func(t *testing.T) {
 			s.MustCmd(t, "FLUSHALL")
 			c := coordhostv1connect.NewLatchServiceClient(hc, url, mode.opts...)
+			// The ends reached the daemon before the next mode's FLUSHALL,
+			// which would end a wait still running as not current.
+			defer sawWaitEnds(t, h, float64(2*(i+1)))
 			cr, err := c.Create(ctx, connect.NewRequest(&coordhostv1.CreateLatchRequest{Name: "batch", Count: 3}))
 			if err != nil {
 				t.Fatal(err)
@@ -477,22 +480,9 @@ func TestAPILatchWaitEnds(t *testing.T) {
 		t.Fatalf("Connect stream with a timeout: %d %q %v after %v", resp.StatusCode, raw, err, time.Since(start))
 	}
 
-	// The daemon saw every end, as the wait histogram says (a client's
-	// own deadline may reach it as a cancel).
-	waitEnds := func() (deadline, cancelled float64) {
-		m := scrape(t, h)
-		return metricValue(m, `coordhost_latch_wait_duration_seconds_count{latch="batch",outcome="deadline_exceeded"}`),
-			metricValue(m, `coordhost_latch_wait_duration_seconds_count{latch="batch",outcome="cancelled"}`)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		d, c := waitEnds()
-		if d >= 1 && d+c == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon observed %v deadline_exceeded and %v cancelled waits, want 5 in all", d, c)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The daemon saw every end: at least one by the call's deadline.
+	if d, _ := sawWaitEnds(t, h, 5); d < 1 {
+		t.Fatalf("no wait ended by the daemon's deadline")
 	}
 
 	// Drain ends the waits with Unavailable and refuses new ones.
@@ -749,4 +739,31 @@ func newReplyCutter(t *testing.T, target string) *replyCutter {
 		}
 	}()
 	return p
+}
+
+// sawWaitEnds waits (up to 5 s) until h's wait histogram for the latch
+// batch counts want waits ended by their deadline or a cancel (a client's
+// own deadline may reach the daemon as a cancel), and returns the two
+// counts.
+func sawWaitEnds(t *testing.T, h *host.Host, want float64) (deadline, cancelled float64) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; {
+		m := scrape(t, h)
+		deadline = metricValue(m, `coordhost_latch_wait_duration_seconds_count{latch="batch",outcome="deadline_exceeded"}`)
+		cancelled = metricValue(m, `coordhost_latch_wait_duration_seconds_count{latch="batch",outcome="cancelled"}`)
+		if deadline+cancelled == want {
+			return deadline, cancelled
+		}
+		if time.Now().After(end) {
+			var seen []string
+			for line := range strings.Lines(m) {
+				if strings.HasPrefix(line, "coordhost_latch_wait_duration_seconds_count") {
+					seen = append(seen, strings.TrimSpace(line))
+				}
+			}
+			t.Fatalf("the daemon observed %v deadline_exceeded and %v cancelled waits, want %v in all; every wait: %q",
+				deadline, cancelled, want, seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
