@@ -165,10 +165,11 @@ func (d *decoder) decodeSentinel(b *hcl.Block) *Sentinel {
 				case err != nil:
 					d.errorAt(a, "Invalid sentinel address", "Element %d of \"addresses\", %q, %v.", i, addr, err)
 				default:
-					if j, dup := seen[addr]; dup {
-						d.errorAt(a, "Duplicate sentinel address", "Elements %d and %d of \"addresses\" are both %q.", j, i, addr)
+					k := normalAddress(addr) // host names are case-insensitive
+					if j, dup := seen[k]; dup {
+						d.errorAt(a, "Duplicate sentinel address", "Elements %d and %d of \"addresses\", %q and %q, are the same sentinel.", j, i, addrs[j], addr)
 					}
-					seen[addr] = i
+					seen[k] = i
 				}
 			}
 			s.Addresses = addrs

@@ -133,14 +133,15 @@ redis {
 		{"bad sentinel addresses", `redis {
   sentinel {
     master_set = "m"
-    addresses  = ["s1", "/run/sentinel.sock", "s2:0", "::1:26379", "s3:26379", "s3:26379"]
+    addresses  = ["s1", "/run/sentinel.sock", "s2:0", "::1:26379", "s3:26379", "s3:26379", "S4:26379", "s4:26379", "s4:26380"]
   }
 }`, nil, []wantDiag{
 			want(4, "Invalid sentinel address", "Element 0", "missing port"),
 			want(4, "Invalid sentinel address", "Element 1", "unix socket", "over TCP"),
 			want(4, "Invalid sentinel address", "Element 2", `bad port "0"`),
 			want(4, "Invalid sentinel address", "Element 3", "IPv6 address in brackets"),
-			want(4, "Duplicate sentinel address", "Elements 4 and 5", `"s3:26379"`),
+			want(4, "Duplicate sentinel address", "Elements 4 and 5", `"s3:26379" and "s3:26379"`),
+			want(4, "Duplicate sentinel address", "Elements 6 and 7", `"S4:26379" and "s4:26379"`),
 		}},
 		{"sentinel address not a list", `redis {
   sentinel {
