@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -97,7 +98,7 @@ func TestEveryKind(t *testing.T) {
 				t.Errorf("second cached GET = %q, hit %v; want v1 from the cache", v, hit)
 			}
 			s.MustCmd(t, "SET", "k", "v2")
-			waitFor(t, func() error {
+			waitFor(t, func(context.Context) error {
 				if v, _ := get(); v != "v2" {
 					return fmt.Errorf("cached GET still %q after SET v2 (no invalidation)", v)
 				}

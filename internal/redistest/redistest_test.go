@@ -78,7 +78,7 @@ func TestStart7(t *testing.T) {
 	if s.PID() == pid || s.PID() == 0 {
 		t.Errorf("PID after restart = %d (was %d)", s.PID(), pid)
 	}
-	waitFor(t, func() error {
+	waitFor(t, func(ctx context.Context) error {
 		n, err := c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
 		if err == nil && n != 0 {
 			return fmt.Errorf("DBSIZE %d after restart", n)
@@ -189,7 +189,7 @@ func checkClusterServes(t *testing.T, c *Cluster) {
 
 	owner.Restart(t)
 	c.WaitReady(t)
-	waitFor(t, func() error {
+	waitFor(t, func(ctx context.Context) error {
 		return client.Do(ctx, client.B().Set().Key("key:7").Value("w").Build()).Error()
 	})
 }
@@ -245,11 +245,15 @@ func TestFormat(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, f func() error) {
+func waitFor(t *testing.T, f func(ctx context.Context) error) {
 	t.Helper()
+	// A context of its own: a test's context may have run out in the
+	// failover before (a loaded machine).
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if err = f(); err == nil {
+	for ctx.Err() == nil {
+		if err = f(ctx); err == nil {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

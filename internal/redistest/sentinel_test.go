@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,7 +49,7 @@ func TestSentinel(t *testing.T) {
 	}
 	set := func(k string) {
 		t.Helper()
-		waitFor(t, func() error { return c.Do(ctx, c.B().Set().Key(k).Value("v").Build()).Error() })
+		waitFor(t, func(ctx context.Context) error { return c.Do(ctx, c.B().Set().Key(k).Value("v").Build()).Error() })
 	}
 	set("before")
 	// Every replica has it once WAIT says so.
@@ -183,14 +184,15 @@ func TestClusterReplicas(t *testing.T) {
 		t.Fatalf("%d masters, %d replica sets, %d nodes", len(c.Servers), len(c.Replicas), len(c.Nodes()))
 	}
 	checkClusterRoles(t, c)
-	ctx := ctxT(t)
 	client := c.Client(t)
 	const keys = 30
 	write := func(prefix string) {
 		t.Helper()
 		for i := range keys {
 			k := prefix + strconv.Itoa(i)
-			waitFor(t, func() error { return client.Do(ctx, client.B().Set().Key(k).Value("v").Build()).Error() })
+			waitFor(t, func(ctx context.Context) error {
+				return client.Do(ctx, client.B().Set().Key(k).Value("v").Build()).Error()
+			})
 		}
 	}
 	count := func() int {
