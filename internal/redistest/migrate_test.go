@@ -76,6 +76,7 @@ func TestMigrateSlot(t *testing.T) {
 	}
 	ft := c.Failover(t, to)
 	t.Logf("Failover(%d) of the slot's new owner: %+v", to, ft)
+	ctx = ctxT(t) // the failover may have used up the first one
 	if got, err := client.Do(ctx, client.B().Get().Key(tag+"3").Build()).ToString(); err != nil || got != "w" {
 		t.Fatalf("GET after failover = %q, %v", got, err)
 	}
