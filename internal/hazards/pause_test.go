@@ -66,6 +66,13 @@ func TestHazardClientPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The child waits for a line on stdin before it writes: the parent
+	// sends it once the child is stopped, so the write comes after the
+	// pause however slowly either process runs.
+	in, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +107,9 @@ func TestHazardClientPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	if _, err := io.WriteString(in, "go on\n"); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(pauseTTL + pauseTTL/2)
 
 	l, err := lock.New(s.Client(t), lock.Options{Fencing: true})
@@ -184,7 +194,10 @@ func TestHazardClientPauseChild(t *testing.T) {
 	// The protected work: check that the lock is still ours, then write.
 	doneBefore := closed(a.Done())
 	fmt.Println("HAZARD about to write")
-	time.Sleep(200 * time.Millisecond) // the parent stops the process in here
+	// The parent stops the process in here, then says go on.
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatalf("waiting for the parent: %v", err)
+	}
 	status := write("child, after the pause")
 	fmt.Println("HAZARD write", status)
 	// Done's timer fires once the runtime runs again: wait for it briefly.
