@@ -128,9 +128,18 @@ func TestAPILockSession(t *testing.T) {
 	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid})); err != nil {
 		t.Fatal(err)
 	}
-	sp, lp := pttlOf(t, s, sessionKey(sid)), pttlOf(t, s, "m:coordhost:lock:invoice")
-	if lp > sp+50 || lp < sp-100 {
-		t.Fatalf("the lock's PTTL %d is not the session's %d", lp, sp)
+	// Absolute expiries (PEXPIRETIME): two PTTL reads would differ by the
+	// time between them.
+	expiry := func(key string) int64 {
+		n, err := strconv.ParseInt(s.MustCmd(t, "PEXPIRETIME", key), 10, 64)
+		if err != nil || n < 0 {
+			t.Fatalf("PEXPIRETIME %s: %d %v", key, n, err)
+		}
+		return n
+	}
+	se, le := expiry(sessionKey(sid)), expiry("m:coordhost:lock:invoice")
+	if le > se+50 || le < se-100 {
+		t.Fatalf("the lock expires at %d ms, not with the session at %d", le, se)
 	}
 }
 

@@ -349,14 +349,27 @@ func TestAPIRedlock(t *testing.T) {
 	wantCode(t, "a second holder", err, connect.CodeAborted, coordhostv1.Reason_REASON_CONTENDED, "")
 	_, err = c.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", Kind: coordhostv1.LockKind_LOCK_KIND_LOCK}))
 	wantCode(t, "a lock block of that name", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
+	// Absolute expiries, so slow reads cannot blur them: the renewal, at
+	// least 300 ms after the grant, moves each node's expiry on by as much.
+	expiry := func(n *redistest.Server) int64 {
+		at, err := strconv.ParseInt(n.MustCmd(t, "PEXPIRETIME", "m:coordhost:redlock:invoice"), 10, 64)
+		if err != nil || at < 0 {
+			t.Fatalf("node %s: PEXPIRETIME %d %v", n.Addr, at, err)
+		}
+		return at
+	}
+	before := make([]int64, len(holding))
+	for i, n := range holding {
+		before[i] = expiry(n)
+	}
 	time.Sleep(300 * time.Millisecond)
 	r, err := c.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: g.GetGrantId()}))
 	if err != nil || r.Msg.GetGrant().GetExpiresAt() == nil {
 		t.Fatalf("Renew: %v %v", r, err)
 	}
-	for _, n := range holding {
-		if p, _ := strconv.Atoi(n.MustCmd(t, "PTTL", "m:coordhost:redlock:invoice")); p < 900 {
-			t.Fatalf("node %s: PTTL %d after the renewal", n.Addr, p)
+	for i, n := range holding {
+		if after := expiry(n); after < before[i]+299 {
+			t.Fatalf("node %s: the renewal moved the expiry from %d to %d ms, want 300 ms on at least", n.Addr, before[i], after)
 		}
 	}
 	rel, err := c.Release(ctx, connect.NewRequest(&coordhostv1.ReleaseLockRequest{GrantId: g.GetGrantId()}))
