@@ -21,3 +21,7 @@ func PendingCleanups(s *Semaphores) int {
 	s.bgMu.Unlock()
 	return n
 }
+
+// Queued reports whether a waiting Acquire of s on key (prefix included)
+// is asleep on the wait engine, after a first attempt found it full.
+func Queued(s *Semaphores, key string) bool { return s.engine.Queued(key) }
