@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,9 +87,12 @@ func TestCapacityMismatch(t *testing.T) {
 			c, cmd := tg.client(t)
 			ctx := xtest.Ctx(t, 20*time.Second)
 			s := newSems(t, c, semaphore.Options{Prefix: "app:"})
+			// The permits must live through the checks below (about 17
+			// round trips, slow on a loaded machine), then expire.
+			const ttl = 2 * time.Second
 			var held []*semaphore.Permit
 			for range 3 {
-				p, err := s.TryAcquire(ctx, "jobs", 3, 300*time.Millisecond)
+				p, err := s.TryAcquire(ctx, "jobs", 3, ttl)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,11 +121,21 @@ func TestCapacityMismatch(t *testing.T) {
 			if _, err := s.TryAcquire(ctx, "jobs", 1, time.Second); !errors.Is(err, semaphore.ErrCapacityMismatch) {
 				t.Fatalf("capacity 1 with 2 live permits of 3: %v", err)
 			}
-			// Once every permit expired, a new capacity applies (Acquire
-			// waits for the expiry: capacity 1 is not refused once the
-			// old permits are gone, and a mismatch while they live is final,
-			// so ask only after their ttl).
-			time.Sleep(350 * time.Millisecond)
+			// Once every permit expired, a new capacity applies (a mismatch
+			// while they live is final, also for Acquire, so ask only once
+			// the server counts no live permit).
+			xtest.Eventually(t, ttl+5*time.Second, "every permit expired", func() bool {
+				now, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+				if err != nil || len(now) != 2 {
+					t.Fatalf("TIME: %v %v", now, err)
+				}
+				us, _ := strconv.ParseInt(now[1], 10, 64)
+				live, err := c.Do(ctx, c.B().Zcount().Key("app:jobs").Min("("+now[0]+fmt.Sprintf("%03d", us/1000)).Max("+inf").Build()).AsInt64()
+				if err != nil {
+					t.Fatalf("ZCOUNT: %v", err)
+				}
+				return live == 0
+			})
 			p, err := s.TryAcquire(ctx, "jobs", 1, time.Second)
 			if err != nil {
 				t.Fatalf("capacity 1 after every permit expired: %v", err)
