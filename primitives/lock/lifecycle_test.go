@@ -30,7 +30,7 @@ func TestRenewAfterEstimateSendsNothing(t *testing.T) {
 	c := s.Client(t)
 	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{})
-	a, err := l.TryAcquire(ctx, "k", 30*time.Millisecond)
+	a, err := l.TryAcquire(ctx, "k", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestNotOwnedAfterTakeover(t *testing.T) {
 	c := s.Client(t)
 	ctx := xtest.Ctx(t, 10*time.Second)
 	l := newLocker(t, c, lock.Options{Fencing: true})
-	a, err := l.TryAcquire(ctx, "k", 50*time.Millisecond)
+	a, err := l.TryAcquire(ctx, "k", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,13 +198,13 @@ func TestObserverSeesEachEvent(t *testing.T) {
 
 	// The estimate runs out before Release: lost as expired, whatever the
 	// server answers; a Renew after the estimate ran out says the same.
-	e, err := l.TryAcquire(ctx, "e", 30*time.Millisecond)
+	e, err := l.TryAcquire(ctx, "e", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-e.Done()
 	e.Release(ctx)
-	f, err := l.TryAcquire(ctx, "f", 30*time.Millisecond)
+	f, err := l.TryAcquire(ctx, "f", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
