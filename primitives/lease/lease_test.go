@@ -121,7 +121,7 @@ func TestExpiredOwnerCannotTouchReplacement(t *testing.T) {
 	c := s.Client(t)
 	ctx := xtest.Ctx(t, 10*time.Second)
 	ls := newLeases(t, c, lease.Options{})
-	old, err := ls.TryAcquire(ctx, "h", "f", 50*time.Millisecond)
+	old, err := ls.TryAcquire(ctx, "h", "f", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
