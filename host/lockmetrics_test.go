@@ -21,7 +21,7 @@ import (
 
 // lockMetricsConfig has builtin policies only (fast to load): "job" waits
 // with the default backoff, "never" gives up at once, "tenant" is
-// partitioned by the tenant attribute, "short" has a 30ms lease.
+// partitioned by the tenant attribute, "short" has a 300ms lease.
 func lockMetricsConfig(t *testing.T, addr string) string {
 	t.Helper()
 	src := fmt.Sprintf(`
@@ -52,7 +52,7 @@ lock "tenant" {
   partition = policy.partition.tenant
 }
 lock "short" {
-  ttl = "30ms"
+  ttl = "300ms"
 }
 `, addr)
 	path := filepath.Join(t.TempDir(), "coordhost.hcl")
