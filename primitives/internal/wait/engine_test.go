@@ -45,26 +45,39 @@ func TestOnlyHeadAttempts(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			s.MustCmd(t, "SET", "k", "held")
-			var calls atomic.Int64
+			var calls, finished atomic.Int64 // attempts started, ended
+			get := getAttempt("k", &calls)
+			attempt := func(ctx context.Context, c wait.Conn) (wait.Outcome, error) {
+				defer finished.Add(1)
+				return get(ctx, c)
+			}
 			var wg sync.WaitGroup
 			const waiters = 20
 			for range waiters {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := e.Wait(ctx, wait.Request{Key: "k", Channel: "ch:k", Start: time.Now(), HolderTTL: -1}, getAttempt("k", &calls)); err != nil {
+					if err := e.Wait(ctx, wait.Request{Key: "k", Channel: "ch:k", Start: time.Now(), HolderTTL: -1}, attempt); err != nil {
 						t.Error(err)
 					}
 				}()
 			}
-			time.Sleep(200 * time.Millisecond)
+			// Every waiter queued, and the head's registration (its
+			// attempt right after subscribing or tracking) done, so the
+			// touch below wakes it. Then, for a while, nobody else
+			// attempts.
+			xtest.Eventually(t, 5*time.Second, "every waiter queued and the head's first attempt done", func() bool {
+				return wait.QueueLen(e, "k") == waiters && finished.Load() >= 1
+			})
+			time.Sleep(100 * time.Millisecond)
 			if n := calls.Load(); n != 1 {
 				t.Fatalf("%d attempts before any wake, want 1 (the head's registration)", n)
 			}
 			// Touch the key without freeing it: one wake, one attempt.
 			s.MustCmd(t, "SET", "k", "still-held")
 			s.MustCmd(t, "PUBLISH", "ch:k", "")
-			time.Sleep(200 * time.Millisecond)
+			xtest.Eventually(t, 5*time.Second, "the head's attempt after the wake", func() bool { return finished.Load() >= 2 })
+			time.Sleep(100 * time.Millisecond)
 			if n := calls.Load(); n != 2 {
 				t.Fatalf("%d attempts after one wake, want 2", n)
 			}
