@@ -152,7 +152,10 @@ func TestAPIRateLimitCheck(t *testing.T) {
 
 			// A wait decides at once without a queue block (x); with one
 			// (login), permits that return only after the wait are
-			// refused with retry_after, not an error.
+			// refused with retry_after, not an error. login's wait is
+			// seconds (its permits return in an hour): a wait shorter
+			// than the Redis call would end in the call, a refusal
+			// without retry_after.
 			wr, err := c.Check(ctx, connect.NewRequest(&coordhostv1.CheckRateLimitRequest{Name: "x", Wait: durationpb.New(10 * time.Millisecond)}))
 			if err != nil || wr.Msg.Allowed {
 				t.Fatalf("wait x: %v %v", wr, err)
@@ -160,7 +163,7 @@ func TestAPIRateLimitCheck(t *testing.T) {
 			if r, err = check("login", nil, 3); err != nil || !r.Allowed {
 				t.Fatalf("login: %v %v", r, err)
 			}
-			wr, err = c.Check(ctx, connect.NewRequest(&coordhostv1.CheckRateLimitRequest{Name: "login", Wait: durationpb.New(10 * time.Millisecond)}))
+			wr, err = c.Check(ctx, connect.NewRequest(&coordhostv1.CheckRateLimitRequest{Name: "login", Wait: durationpb.New(2 * time.Second)}))
 			if err != nil || wr.Msg.Allowed || wr.Msg.RetryAfter.AsDuration() <= 0 {
 				t.Fatalf("wait login: %v %v", wr, err)
 			}
