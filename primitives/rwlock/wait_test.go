@@ -239,28 +239,36 @@ func testBoundNotReached(t *testing.T, tg *target) {
 // A writer whose context ends removes its entry, and readers it held off
 // are admitted at once (woken by the announcement).
 func testWriterGivesUp(t *testing.T, tg *target) {
+	// The writer's context must outlast its registration and the poll that
+	// sees its entry, also on a loaded machine; its entry lives much
+	// longer, so a reader that missed the announcement would wait for the
+	// entry's expiry (about 8 s after the give-up) rather than happen to
+	// wake near the give-up.
+	const giveUp, markerTTL = 2 * time.Second, 10 * time.Second
 	ctx := xtest.Ctx(t, 20*time.Second)
 	readers := newLocker(t, tg.c, rwlock.Options{})
-	writer := newLocker(t, tg.client(t), bounded(0))
+	wopts := bounded(0)
+	wopts.MarkerTTL = markerTTL
+	writer := newLocker(t, tg.client(t), wopts)
 	r := mustRead(t, ctx, readers, "rw5", 10*time.Second)
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, giveUp)
 	defer cancel()
 	w := goAcquire(func() (*rwlock.Lease, error) { return writer.AcquireWrite(wctx, "rw5", time.Minute) })
 	waitEntries(t, tg.cmd, "rw5", 1)
 	blocked := goAcquire(func() (*rwlock.Lease, error) { return readers.AcquireRead(ctx, "rw5", time.Minute) })
-	if _, err := w.wait(t, 5*time.Second); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rw5") {
+	if _, err := w.wait(t, giveUp+5*time.Second); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rw5") {
 		t.Fatalf("writer: %v", err)
 	}
 	if n := tg.cmd("EXISTS", writersKey("rw5")); n != "0" {
 		t.Fatalf("the entry outlived the writer that gave up (EXISTS %s)", n)
 	}
 	// The entry went with an announcement: the held-off reader wakes well
-	// before the entry would have expired (DefaultMarkerTTL).
-	rl, err := blocked.wait(t, rwlock.DefaultMarkerTTL/2)
+	// before the entry would have expired.
+	rl, err := blocked.wait(t, markerTTL/5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("held-off reader admitted %v after it started waiting (the writer gave up at 300ms)", blocked.took)
+	t.Logf("held-off reader admitted %v after it started waiting (the writer gave up at %v)", blocked.took, giveUp)
 	rl.Release(ctx)
 	r.Release(ctx)
 }
