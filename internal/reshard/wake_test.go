@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,32 +45,41 @@ func TestWaiterWakesThroughChanges(t *testing.T) {
 	defer waiter.Close()
 	const key = tag + "wake"
 	slot := redistest.SlotOf(key)
-	ctx := xtest.Ctx(t, 20*time.Second)
 
+	// Each round takes contexts of its own: the change (a failover waits up
+	// to redistest.ClusterTimeout for the takeover and as long again for
+	// the cluster to agree) can take many seconds on a loaded machine, and
+	// must not use up the next step's time.
 	round := func(name string, change func()) {
 		t.Helper()
+		// ctx bounds the holder's TryAcquire and the waiter's Acquire, so
+		// it must outlast the change; a lost wake-up still shows at maxWake.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		xtest.Eventually(t, 10*time.Second, name+": the previous round's waiter unsubscribed", func() bool { return waitSubs(t, c) == 0 })
 		lk, err := holder.TryAcquire(ctx, key, time.Minute)
 		if err != nil {
 			t.Fatalf("%s: holder: %v", name, err)
 		}
 		got := make(chan error, 1)
 		go func() {
-			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
 			w, err := waiter.Acquire(ctx, key, time.Minute)
 			if err == nil {
 				_, err = w.Release(context.Background())
 			}
 			got <- err
 		}()
-		time.Sleep(300 * time.Millisecond) // the waiter subscribes and sleeps
+		// The change comes after the waiter subscribed to the release
+		// channel, or the round would not test a wake-up through it.
+		xtest.Eventually(t, 10*time.Second, name+": the waiter subscribed", func() bool { return waitSubs(t, c) > 0 })
+		time.Sleep(100 * time.Millisecond) // the waiter sleeps
 		change()
 		time.Sleep(200 * time.Millisecond)
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if _, err := lk.Release(rctx); err != nil {
 			t.Fatalf("%s: release: %v", name, err)
 		}
-		cancel()
+		rcancel()
 		released := time.Now()
 		select {
 		case err := <-got:
@@ -122,4 +132,25 @@ func waitNode(t *testing.T, c *redistest.Cluster) *redistest.Server {
 	}
 	t.Fatal("no node has the coordhost-wait connection")
 	return nil
+}
+
+// waitSubs returns how many channels the waiting connection (CLIENT
+// SETNAME coordhost-wait) is subscribed to, on whichever node holds it; 0
+// without one.
+func waitSubs(t *testing.T, c *redistest.Cluster) int {
+	t.Helper()
+	for _, s := range c.Nodes() {
+		for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
+			if !strings.Contains(line, " name=coordhost-wait ") {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if v, ok := strings.CutPrefix(f, "sub="); ok {
+					n, _ := strconv.Atoi(v)
+					return n
+				}
+			}
+		}
+	}
+	return 0
 }
