@@ -209,8 +209,19 @@ func TestReleaseAfterMasterKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // replicated
-	c.KillMaster(t, c.Owner(redistest.SlotOf(key)))
+	// The lock must have reached the replica before its master dies, or
+	// the promoted replica has no lock to release. WAIT counts replicas
+	// that have the connection's own last write, so write a key of the same
+	// slot first on the admin connection: replication is in order, and the
+	// lock came before it.
+	i := c.Owner(redistest.SlotOf(key))
+	m := c.Servers[i]
+	m.MustCmd(t, "SET", "{killed}sync", "1")
+	if n := m.MustCmd(t, "WAIT", "1", "5000"); n != "1" {
+		t.Fatalf("%s: WAIT 1 5000 counts %s replicas", m.Addr, n)
+	}
+	c.KillMaster(t, i)
+	ctx = xtest.Ctx(t, 20*time.Second) // the failover may have used up the first one
 	if r, err := lk.Release(ctx); err != nil || r != primitives.Released {
 		t.Fatalf("Release after the master was killed and replaced: %v, %v", r, err)
 	}
