@@ -164,12 +164,20 @@ func TestWaitShapes(t *testing.T) {
 	c := redistest.Start(t).Client(t)
 	ls := newLimiters(t, c, "q:")
 	ctx := xtest.Ctx(t, 20*time.Second)
+	// The deadline checks run on limiters whose permits come back only
+	// after a minute, with a deadline of soon: it still ends long before
+	// the permits return, yet leaves a loaded machine seconds for the round
+	// trips (a deadline of milliseconds could end during one, giving a
+	// context error instead of the refusal). A refusal "at once" returns
+	// well before the deadline.
+	const soon = 10 * time.Second
+
 	const window = 150 * time.Millisecond
 	l := must(t)(ls.FixedWindow("wait", ratelimit.FixedWindowOptions{Limit: 2, Window: window, QueueLimit: 1}))
-	if !l.AllowN(ctx, 2) || l.Allow(ctx) {
-		t.Fatal("AllowN(2) then Allow on a limit of 2")
+	start := time.Now() // the window opens after this: no permit is back before start+window
+	if !l.AllowN(ctx, 2) {
+		t.Fatal("AllowN(2) on a fresh limit of 2")
 	}
-	start := time.Now()
 	r, err := l.Acquire(ctx, 0)
 	if err != nil || !r.Acquired || r.Remaining != 2 {
 		t.Fatalf("Acquire(0): %s, %v", describe(r), err)
@@ -180,13 +188,24 @@ func TestWaitShapes(t *testing.T) {
 	if err := l.WaitN(ctx, 2); err != nil { // no queue room for 2: sleeps RetryAfter
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if err := l.WaitN(short, 2); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
-		t.Fatalf("WaitN with a short deadline: %v", err)
-	}
 	if err := l.Wait(ctx); err != nil {
 		t.Fatal(err)
+	}
+
+	// With no queue room for 2 and the permits back in a minute, WaitN
+	// with a deadline of seconds is refused at once.
+	m := must(t)(ls.FixedWindow("minute", ratelimit.FixedWindowOptions{Limit: 2, Window: time.Minute, QueueLimit: 1}))
+	if !m.AllowN(ctx, 2) || m.Allow(ctx) {
+		t.Fatal("AllowN(2) then Allow on a limit of 2")
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), soon)
+	defer cancel()
+	start = time.Now()
+	if err := m.WaitN(dctx, 2); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
+		t.Fatalf("WaitN with a deadline before the permits: %v", err)
+	}
+	if d := time.Since(start); d > soon/2 {
+		t.Fatalf("WaitN refused after %v, not at once", d)
 	}
 
 	// With room in a queue, a deadline before the permits are back is
@@ -196,27 +215,30 @@ func TestWaitShapes(t *testing.T) {
 	if !q.Allow(ctx) {
 		t.Fatal("first permit refused")
 	}
-	short2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	dctx2, cancel2 := context.WithTimeout(context.Background(), soon)
 	defer cancel2()
 	start = time.Now()
-	if err := q.Wait(short2); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
+	if err := q.Wait(dctx2); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
 		t.Fatalf("Wait with a queue and a deadline before the permits: %v", err)
 	}
-	if d := time.Since(start); d > 200*time.Millisecond {
+	if d := time.Since(start); d > soon/2 {
 		t.Fatalf("refused after %v, not at once", d)
 	}
 	if s := q.Statistics(); s.Queued != 0 {
 		t.Fatalf("the refused call holds queue room: %+v", s)
 	}
 	// Behind a call that waits beyond its deadline it is not queued
-	// either.
+	// either. A fresh deadline: the steps since may have taken some of
+	// the last one.
 	out := make(chan outcome, 2)
 	noDeadline, stop := context.WithCancel(context.Background())
 	defer stop()
 	queued(t, noDeadline, q, 1, out, "long")
-	r, err = q.Acquire(short2, 1)
+	dctx3, cancel3 := context.WithTimeout(context.Background(), soon)
+	defer cancel3()
+	r, err = q.Acquire(dctx3, 1)
 	if err != nil || r.Acquired || r.RetryAfter < 30*time.Second {
-		t.Fatalf("queued behind another with a short deadline: %s, %v", describe(r), err)
+		t.Fatalf("queued behind another with a deadline before its permits: %s, %v", describe(r), err)
 	}
 	q.Close()
 	<-out
