@@ -185,8 +185,24 @@ func TestWaitShapes(t *testing.T) {
 	if d := time.Since(start); d < window-20*time.Millisecond {
 		t.Fatalf("Acquire(0) returned after %v, before a permit was back", d)
 	}
-	if err := l.WaitN(ctx, 2); err != nil { // no queue room for 2: sleeps RetryAfter
+	// Acquire(0) consumed nothing and the window is over: take one permit
+	// of a new one, so that WaitN(2) is refused, finds no queue room for 2,
+	// sleeps RetryAfter and is granted in the window after.
+	start = time.Now()
+	if !l.Allow(ctx) {
+		t.Fatal("Allow after Acquire(0)")
+	}
+	refused := l.Statistics().Rejected
+	if err := l.WaitN(ctx, 2); err != nil {
 		t.Fatal(err)
+	}
+	if d := time.Since(start); d < window-20*time.Millisecond {
+		t.Fatalf("WaitN(2) returned after %v, before the permits were back", d)
+	}
+	// Refused once, granted on the retry at RetryAfter (or at once, if a
+	// stall let the window end first): never retried early.
+	if n := l.Statistics().Rejected - refused; n > 1 {
+		t.Fatalf("WaitN(2) was refused %d times: it retried before RetryAfter", n)
 	}
 	if err := l.Wait(ctx); err != nil {
 		t.Fatal(err)
