@@ -22,14 +22,33 @@ import (
 // most this long, and a restarted node sits out this long (plus drift).
 const guardMaxTTL = time.Second
 
+// holdMaxTTL is the MaxTTL of the restart-guard tests whose first holder,
+// leasing for MaxTTL, must still hold after a node restarted (or failed
+// over), its client reconnected and more Groups tried: in TestRestartGuard
+// that took about half a second on a moderately loaded machine, several
+// times that on a loaded one (-race, 2 cores, packages in parallel), so a
+// lease of guardMaxTTL could end before the checks. It costs those tests
+// 4 s more for the nodes to age, and TestRestartGuard 4 s more for the
+// restarted node to count again.
+const holdMaxTTL = 5 * time.Second
+
 // aged waits until every server of f has been up long enough that a Group
-// meeting it now trusts it at once: INFO's uptime_in_seconds (rounded
-// down) at least MaxTTL + drift.
+// with MaxTTL guardMaxTTL meeting it now trusts it at once.
 func aged(t *testing.T, servers ...*redistest.Server) {
 	t.Helper()
-	want := int64((guardMaxTTL + 12*time.Millisecond + time.Second + time.Second - 1) / time.Second) // the guard adds a second for uptime rounding
+	agedFor(t, guardMaxTTL, servers...)
+}
+
+// agedFor waits until every server has been up long enough that a Group
+// with MaxTTL maxTTL (and the default drift) meeting it now trusts it at
+// once: INFO's uptime_in_seconds (rounded down) at least MaxTTL + drift +
+// the second the guard adds for uptime rounding.
+func agedFor(t *testing.T, maxTTL time.Duration, servers ...*redistest.Server) {
+	t.Helper()
+	drift := redlock.DefaultDrift + time.Duration(float64(maxTTL)*redlock.DefaultDriftFactor)
+	want := int64((maxTTL + drift + time.Second + time.Second - 1) / time.Second)
 	for _, s := range servers {
-		xtest.Eventually(t, 10*time.Second, "the server up for MaxTTL", func() bool {
+		xtest.Eventually(t, maxTTL+10*time.Second, "the server up for MaxTTL", func() bool {
 			info := s.MustCmd(t, "INFO", "server")
 			i := strings.Index(info, "uptime_in_seconds:")
 			var up int64
@@ -91,7 +110,7 @@ func TestFreshDeploymentWaitsOutTheGuard(t *testing.T) {
 
 // An empty restart of one node inside a holder's TTL: the holder A has
 // the key on a bare majority (the other nodes briefly held by a blocker),
-// one of A's nodes restarts empty, the blockers expire. Without the guard
+// one of A's nodes restarts empty, the blockers go. Without the guard
 // a second holder gets a majority from the restarted node and the free
 // ones while A still holds (the control, redsync #186); with it, neither a
 // Group that meets the node for the first time (its uptime is below
@@ -103,23 +122,27 @@ func TestRestartGuard(t *testing.T) {
 		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
 			t.Parallel()
 			f := startFleet(t, n, backwards(redistest.Kinds())...)
-			aged(t, f.servers...)
+			agedFor(t, holdMaxTTL, f.servers...)
 			ctx := xtest.Ctx(t, 30*time.Second)
-			opts := redlock.Options{NodeTimeout: faultTimeout, MaxTTL: guardMaxTTL}
+			opts := redlock.Options{NodeTimeout: faultTimeout, MaxTTL: holdMaxTTL}
 			a := newGuardedGroup(t, f.clients, opts)
 			q := a.Quorum()
-			// Nodes q..n-1 are held by a blocker for 300ms: A gets 0..q-1.
+			// Nodes q..n-1 are held by a blocker until A has restarted
+			// node 0 (no expiry: it must still be there when A's
+			// TryAcquire reaches them, however slow the machine): A gets
+			// 0..q-1.
 			for i := q; i < n; i++ {
-				f.servers[i].MustCmd(t, "SET", "k", "blocker", "PX", "200")
+				f.servers[i].MustCmd(t, "SET", "k", "blocker")
 			}
-			blocked := time.Now()
-			holder, err := a.TryAcquire(ctx, "k", guardMaxTTL)
+			holder, err := a.TryAcquire(ctx, "k", holdMaxTTL)
 			if err != nil {
 				t.Fatal(err)
 			}
 			f.servers[0].Restart(t) // empty: no persistence
 			reconnect(t, f.clients[0], "k")
-			time.Sleep(time.Until(blocked.Add(220 * time.Millisecond)))
+			for i := q; i < n; i++ {
+				f.servers[i].MustCmd(t, "DEL", "k")
+			}
 			if got := f.get(t, "k"); got[0] != "" || count(got, holder.Token()) != q-1 || count(got, "") != n-q+1 {
 				t.Fatalf("set-up: %q", got)
 			}
@@ -204,7 +227,7 @@ func TestRestartGuardFailover(t *testing.T) {
 	t.Parallel()
 	f := startFleet(t, 3, backwards(redistest.Kinds())...)
 	standby := redistest.Start(t)
-	aged(t, append(f.servers, standby)...)
+	agedFor(t, holdMaxTTL, append(f.servers, standby)...)
 	var target atomic.Value
 	target.Store(f.servers[0].Addr)
 	dial := func(ctx context.Context, _ string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
@@ -213,12 +236,15 @@ func TestRestartGuardFailover(t *testing.T) {
 	node0 := f.servers[0].Client(t, func(o *rueidis.ClientOption) { o.DialCtxFn = dial })
 	clients := []rueidis.Client{node0, f.clients[1], f.clients[2]}
 	ctx := xtest.Ctx(t, 30*time.Second)
-	opts := redlock.Options{NodeTimeout: faultTimeout, MaxTTL: guardMaxTTL}
+	opts := redlock.Options{NodeTimeout: faultTimeout, MaxTTL: holdMaxTTL}
 	g := newGuardedGroup(t, clients, opts)
 	control := newGroup(t, clients, opts)
 	warm(t, g)
-	f.servers[2].MustCmd(t, "SET", "k", "blocker", "PX", "200") // the holder gets nodes 0 and 1
-	holder, err := g.TryAcquire(ctx, "k", guardMaxTTL)
+	// A blocker on node 2 until the failover (no expiry: it must still be
+	// there when the holder's TryAcquire reaches it): the holder gets
+	// nodes 0 and 1.
+	f.servers[2].MustCmd(t, "SET", "k", "blocker")
+	holder, err := g.TryAcquire(ctx, "k", holdMaxTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +253,7 @@ func TestRestartGuardFailover(t *testing.T) {
 	target.Store(standby.Addr)
 	f.servers[0].Stop()
 	reconnect(t, node0, "k")
-	time.Sleep(220 * time.Millisecond)
+	f.servers[2].MustCmd(t, "DEL", "k")
 	_, err = g.TryAcquire(ctx, "k", time.Second)
 	if err == nil || !strings.Contains(err.Error(), "run_id changed") {
 		t.Fatalf("with the failover: %v; want a refusal naming the changed run_id", err)
