@@ -41,7 +41,10 @@ func TestRestartGuardCoversUptimeRounding(t *testing.T) {
 		t.Fatal(err)
 	}
 	untilPhase(700 * time.Millisecond)
-	f.servers[2].MustCmd(t, "SET", "k", "blocker", "PX", "150")
+	// A blocker on node 2 until the restart (no expiry: it must still be
+	// there when the holder's TryAcquire reaches it): the holder gets
+	// nodes 0 and 1.
+	f.servers[2].MustCmd(t, "SET", "k", "blocker")
 	holder, err := a.TryAcquire(ctx, "k", guardMaxTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +52,8 @@ func TestRestartGuardCoversUptimeRounding(t *testing.T) {
 	restartAt := time.Now()
 	f.servers[0].Restart(t)
 	t.Logf("restart took %v (wall phase at start %v)", time.Since(restartAt), time.Duration(restartAt.Nanosecond()))
-	// wait until the second boundary has passed and the blocker is gone
+	f.servers[2].MustCmd(t, "DEL", "k")
+	// wait until the second boundary has passed
 	for time.Now().Nanosecond() > 500_000_000 {
 		time.Sleep(time.Millisecond)
 	}
