@@ -2,8 +2,9 @@
 // (bsm/redislock, redsync, rueidislock) and a raw rueidis baseline against
 // one Redis server it starts itself, in one run, measures coordhost's
 // hash-field lease on a second (Redis 8) server, measures read-write
-// leases and semaphores against minimal raw scripts and a writer's wait
-// under a reader stream, Redlock over three servers against redsync,
+// leases and semaphores against minimal raw scripts, a writer's wait
+// under a reader stream and how soon countdown-latch waiters wake (next to
+// blind polling), Redlock over three servers against redsync,
 // rate limiters against go-redis/redis_rate, an envoy-style window and a
 // raw script (decisions per second and precision), what consulting a
 // retry policy costs (native, WebAssembly, plugin), and the coordhost
@@ -75,6 +76,11 @@ type options struct {
 	wwRounds        int
 	wwControlRounds int
 	wwControl       time.Duration
+	s8Parts         string // section 8's parts: 1 throughput, 2 writer wait, 3 latch wake-up
+	// section 8's latch wake-up (latchwake.go)
+	lwRounds, lwWaiters, lwClients int
+	lwPoll                         time.Duration
+	lwCluster                      bool
 	// section 10 (ratelimit.go)
 	rlReps           int
 	rlWarm, rlDur    time.Duration
@@ -137,7 +143,7 @@ func main() {
 	flag.DurationVar(&o.patience, "crash-patience", 2*time.Second, "crash handoff: how long after the TTL a waiter may take before the rep counts as a timeout")
 	flag.IntVar(&o.maxTimeouts, "crash-max-timeouts", 3, "crash handoff: skip an implementation's remaining reps after this many timeouts")
 	flag.IntVar(&o.filler, "filler", 10000, "unrelated keys with a 1h TTL for the second crash-handoff phase")
-	flag.StringVar(&o.sections, "sections", "1235896,10,11,12", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases and semaphores (throughput, writer wait), 9 Redlock over 3 servers, 10 rate limiters, 11 the daemon under load and 12 a 3-master cluster against the standalone server (each of 10, 11, 12 a comma-separated group of its own: \"89,10\", \"10\", \"12\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
+	flag.StringVar(&o.sections, "sections", "1235896,10,11,12", "sections to run: 1 throughput, 2 handoff latency + commands per release (4), 3 crash handoff, 5 hash-field lease handoff on Redis 8, 8 read-write leases, semaphores and countdown latches (throughput, writer wait, latch wake-up; -s8-parts), 9 Redlock over 3 servers, 10 rate limiters, 11 the daemon under load and 12 a 3-master cluster against the standalone server (each of 10, 11, 12 a comma-separated group of its own: \"89,10\", \"10\", \"12\"), 6 policy consult cost (no Redis), 7 rueidis client set-ups (not run by default, about 9 minutes)")
 	flag.IntVar(&o.cReps, "c-reps", 3, "section 12: repetitions of each cell (median reported)")
 	flag.DurationVar(&o.cWarm, "c-warm", 250*time.Millisecond, "section 12: warm-up before each cell, and the random part of each row's first, untimed warm-up on each topology (after a sweep over every key)")
 	flag.DurationVar(&o.cDur, "c-dur", time.Second, "section 12: duration of each cell")
@@ -152,6 +158,12 @@ func main() {
 	flag.IntVar(&o.wwRounds, "ww-rounds", 10, "section 8 writer wait: rounds per bounded case (bound 0, 200ms)")
 	flag.IntVar(&o.wwControlRounds, "ww-control-rounds", 1, "section 8 writer wait: rounds of the policies.Unbounded control")
 	flag.DurationVar(&o.wwControl, "ww-control", 3*time.Second, "section 8 writer wait: how long the control's writer waits before giving up")
+	flag.StringVar(&o.s8Parts, "s8-parts", "123", "section 8: parts to run: 1 uncontended throughput, 2 writer wait under a reader stream, 3 countdown-latch wake-up")
+	flag.IntVar(&o.lwRounds, "lw-rounds", 6, "section 8 latch wake-up: measured rounds per setup, after one discarded warm-up round")
+	flag.IntVar(&o.lwWaiters, "lw-waiters", 100, "section 8 latch wake-up: waiters per round, spread over -lw-clients")
+	flag.IntVar(&o.lwClients, "lw-clients", 4, "section 8 latch wake-up: waiting clients (each its own rueidis client, Waiter and Latches)")
+	flag.DurationVar(&o.lwPoll, "lw-poll", 10*time.Millisecond, "section 8 latch wake-up: the polling baseline's interval between HMGETs")
+	flag.BoolVar(&o.lwCluster, "lw-cluster", true, "section 8 latch wake-up: run the cluster row on a 3-master cluster of the Redis 7 binary started for it (a few seconds)")
 	flag.IntVar(&o.rlReps, "rl-reps", 3, "section 10: repetitions of each decisions-per-second cell (median reported)")
 	flag.DurationVar(&o.rlWarm, "rl-warm", 100*time.Millisecond, "section 10: warm-up before each decisions-per-second cell")
 	flag.DurationVar(&o.rlDur, "rl-dur", 500*time.Millisecond, "section 10: duration of each decisions-per-second cell")
@@ -212,6 +224,12 @@ func main() {
 	o.leaseWaiters = []int{1, 100}
 	if o.primReps < 1 || o.wwReaders < 1 || o.wwRounds < 1 || o.wwControlRounds < 1 {
 		fatalf("-prim-reps, -ww-readers, -ww-rounds and -ww-control-rounds must be positive")
+	}
+	if o.s8Parts == "" || strings.Trim(o.s8Parts, "123") != "" {
+		fatalf("-s8-parts: %q is not a string of the digits 1, 2 and 3", o.s8Parts)
+	}
+	if o.lwRounds < 1 || o.lwWaiters < 1 || o.lwClients < 1 || o.lwClients > o.lwWaiters || o.lwPoll < time.Millisecond {
+		fatalf("-lw-rounds, -lw-waiters and -lw-clients must be positive, -lw-clients at most -lw-waiters, -lw-poll at least 1ms")
 	}
 	if o.rlReps < 1 || o.rlDur <= 0 || o.rlPrecDur <= 0 || o.rlPrecClients < 1 || o.rlPrecGoroutines < 1 {
 		fatalf("-rl-reps, -rl-dur, -rl-prec-dur, -rl-prec-clients and -rl-prec-goroutines must be positive")
@@ -327,10 +345,22 @@ func main() {
 		srv8.stop()
 	}
 	if o.has("8") {
-		srv.mustDo("FLUSHALL")
-		rep.rw = sectionRW(srv, o)
-		srv.mustDo("FLUSHALL")
-		rep.writerWait = sectionWriterWait(srv, o)
+		if strings.Contains(o.s8Parts, "1") {
+			srv.mustDo("FLUSHALL")
+			rep.rw = sectionRW(srv, o)
+		}
+		if strings.Contains(o.s8Parts, "2") {
+			srv.mustDo("FLUSHALL")
+			rep.writerWait = sectionWriterWait(srv, o)
+		}
+		if strings.Contains(o.s8Parts, "3") {
+			srv.mustDo("FLUSHALL")
+			rep.latchWake = sectionLatchWake(srv, bin7, o, func(s *server) {
+				serversMu.Lock()
+				servers = append(servers, s)
+				serversMu.Unlock()
+			})
+		}
 	}
 	if o.has("9") {
 		srv.mustDo("FLUSHALL")

@@ -35,6 +35,7 @@ type report struct {
 
 	rw             primResults   // section 8, throughput
 	writerWait     []*wwResult   // section 8, writer wait
+	latchWake      *lwResults    // section 8, latch wake-up
 	redlock        primResults   // section 9
 	redlockServers []*server     // section 9's extra servers
 	rl             *rlResults    // section 10
@@ -173,7 +174,7 @@ func (r *report) markdown() string {
 	if r.lease != nil {
 		r.sectionLease(w)
 	}
-	if r.rw != nil || r.writerWait != nil {
+	if r.rw != nil || r.writerWait != nil || r.latchWake != nil {
 		r.sectionRW(w)
 	}
 	if r.redlock != nil {
@@ -209,7 +210,7 @@ func verdict(ok bool) string {
 }
 
 func (r *report) targets(w func(string, ...any)) {
-	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.rl == nil && r.daemon == nil && r.scale == nil {
+	if r.throughput == nil && r.handoff == nil && r.crash == nil && r.policy == nil && r.writerWait == nil && r.latchWake == nil && r.rl == nil && r.daemon == nil && r.scale == nil {
 		return // e.g. section 7 alone: no targets
 	}
 	w("## Targets\n\n")
@@ -281,6 +282,9 @@ func (r *report) targets(w func(string, ...any)) {
 	}
 	if r.writerWait != nil {
 		r.writerWaitTargets(w)
+	}
+	if r.latchWake != nil {
+		r.latchWakeTargets(w)
 	}
 	if r.rl != nil {
 		r.rlTargetRows(w)

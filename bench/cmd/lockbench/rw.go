@@ -4,7 +4,9 @@ package main
 // acquire + release cycles of rwlock read leases, rwlock write leases and
 // semaphore permits, each next to a raw rueidis baseline that does the same
 // in one minimal script per acquire and one ZREM per release; then a
-// writer's wait under a stream of overlapping readers (writerwait.go).
+// writer's wait under a stream of overlapping readers (writerwait.go), and
+// how soon a countdown latch's waiters wake after its last count-down
+// (latchwake.go).
 
 import (
 	"context"
@@ -368,7 +370,7 @@ func (r *report) primTable(w func(string, ...any), rows []primRow, res primResul
 
 func (r *report) sectionRW(w func(string, ...any)) {
 	o := r.opts
-	w("## 8. Read-write leases and semaphores\n\n")
+	w("## 8. Read-write leases, semaphores and countdown latches\n\n")
 	if r.rw != nil {
 		w("### Uncontended acquire + release\n\n")
 		w("Cycles/s (one cycle = one non-waiting acquire + one release), N goroutines each on its own key, all on one client per row; every row has its own fresh client. Median of %d × %v after %v warm-up per cell, rows rotating, after one untimed 8-goroutine pass; [min–max] over the repetitions. Each coordhost row is compared with the raw rueidis baseline under it: the ratio of the medians, then the min–max and median of the ratios measured in the same repetition (seconds apart). Lease %v (never reached). No target: the issue asks for the numbers.\n\n",
@@ -382,5 +384,8 @@ func (r *report) sectionRW(w func(string, ...any)) {
 	}
 	if r.writerWait != nil {
 		r.sectionWriterWait(w)
+	}
+	if r.latchWake != nil {
+		r.sectionLatchWake(w)
 	}
 }
