@@ -88,7 +88,7 @@ func TestUncertainRenewAndReleaseFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.MustCmd(t, "CLIENT", "PAUSE", "300", "WRITE")
+	s.MustCmd(t, "CLIENT", "PAUSE", "10000", "WRITE") // until UNPAUSE: a slow machine cannot outlast it
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	ok, err := a.Renew(short, time.Minute)
 	cancel()
@@ -101,7 +101,7 @@ func TestUncertainRenewAndReleaseFailClosed(t *testing.T) {
 	if ok, err := a.Renew(ctx, time.Minute); ok || err != nil {
 		t.Fatalf("renew after an uncertain one: %v %v", ok, err)
 	}
-	time.Sleep(350 * time.Millisecond)
+	s.MustCmd(t, "CLIENT", "UNPAUSE")
 	if r, err := a.Release(ctx); r != primitives.Released || err != nil {
 		t.Fatalf("settling release: %v %v", r, err)
 	}
@@ -110,14 +110,14 @@ func TestUncertainRenewAndReleaseFailClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.MustCmd(t, "CLIENT", "PAUSE", "300", "WRITE")
+	s.MustCmd(t, "CLIENT", "PAUSE", "10000", "WRITE") // until UNPAUSE: a slow machine cannot outlast it
 	short, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
 	_, err = b.Release(short)
 	cancel()
 	if err == nil || !isClosed(b.Done()) {
 		t.Fatalf("uncertain release: %v, done %v", err, isClosed(b.Done()))
 	}
-	time.Sleep(350 * time.Millisecond)
+	s.MustCmd(t, "CLIENT", "UNPAUSE")
 	r, err := b.Release(ctx)
 	if err != nil || (r != primitives.Released && r != primitives.AlreadyReleased) {
 		t.Fatalf("settling release: %v %v", r, err)
