@@ -71,6 +71,7 @@ type background struct {
 	l    *rwlock.Lease
 	err  error
 	took time.Duration
+	end  time.Time // when fn returned
 }
 
 func goAcquire(fn func() (*rwlock.Lease, error)) *background {
@@ -79,7 +80,8 @@ func goAcquire(fn func() (*rwlock.Lease, error)) *background {
 	go func() {
 		defer close(b.done)
 		b.l, b.err = fn()
-		b.took = time.Since(start)
+		b.end = time.Now()
+		b.took = b.end.Sub(start)
 	}()
 	return b
 }
@@ -450,6 +452,7 @@ func testNoBlindPolling(t *testing.T, tg *target) {
 	o.Retry = wakeOnly
 	writer := newLocker(t, tg.client(t), o)
 	reader := newLocker(t, tg.client(t), rwlock.Options{Retry: wakeOnly})
+	leased := time.Now() // the reader's 600ms run from after this
 	mustRead(t, ctx, holder, "poll", 600*time.Millisecond)
 	before := scriptCalls(t, tg.cmd)
 	w := goAcquire(func() (*rwlock.Lease, error) { return writer.AcquireWrite(ctx, "poll", time.Minute) })
@@ -461,8 +464,10 @@ func testNoBlindPolling(t *testing.T, tg *target) {
 	}
 	calls := scriptCalls(t, tg.cmd) - before - 1 // INFO's own count is not a script; the grant is
 	t.Logf("writer granted after %v; %d script calls by the two waiters meanwhile", w.took, calls)
-	if w.took < 500*time.Millisecond {
-		t.Fatalf("the writer was granted after %v, before the reader's lease ran out", w.took)
+	// From before the reader's request, so slow set-up calls cannot make
+	// a correct grant look early (less 2 ms of the server's rounding).
+	if early := w.end.Sub(leased); early < 598*time.Millisecond {
+		t.Fatalf("the writer was granted %v after the 600ms reader asked, before its lease ran out", early)
 	}
 	if calls > 10 {
 		t.Fatalf("%d script calls while two waiters waited ~600ms: they poll", calls)
