@@ -9,12 +9,13 @@
 --   g:<ownership token>  the grant id of a grant attached to the session
 --
 -- The answer of create, renew and get is
---   {ttl ms, rod, TIME seconds, TIME microseconds, PTTL ms, grant id...}
--- with the grant ids only where the script says so. The time is the
--- server's, so every daemon reports expiries on the clock that expires
--- the key: PEXPIRETIME less PTTL (Redis 7.0+) is the very millisecond the
--- script's PTTL counts from, so every answer for one expiry names the
--- same instant; TIME (older servers) can be a millisecond later.
+--   {ttl ms, rod, now seconds, now microseconds, PTTL ms, grant id...}
+-- with the grant ids only where the script says so. now is the server's
+-- time, so every daemon reports expiries on the clock that expires the
+-- key: PEXPIRETIME less PTTL (Redis 7.0+), the very millisecond PTTL
+-- counts from, so now + PTTL is the key's expiry itself and every answer
+-- for one expiry names the same instant; TIME on older servers, which
+-- can be a millisecond later.
 
 -- session_answer builds the answer for the session at key.
 local function session_answer(key, ttl, rod, with_grants)
