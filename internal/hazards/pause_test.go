@@ -107,6 +107,13 @@ func TestHazardClientPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	// kill(SIGSTOP) returns before the stop: the kernel wakes one thread
+	// to begin the group stop, and on a busy machine another can meanwhile
+	// return from its read and run on (CI saw the child read the line
+	// below and send its write before it stopped).
+	xtest.Eventually(t, 10*time.Second, "every thread of the child stopped", func() bool {
+		return redistest.ProcessStopped(child.Process.Pid)
+	})
 	if _, err := io.WriteString(in, "go on\n"); err != nil {
 		t.Fatal(err)
 	}

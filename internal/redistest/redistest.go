@@ -43,6 +43,7 @@ package redistest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -548,8 +549,42 @@ func (s *Server) Log() string {
 }
 
 // Pause stops the server process with SIGSTOP: connections stay open and
-// nothing is answered until Resume. Admin commands time out meanwhile.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+// nothing is answered until Resume. Admin commands time out meanwhile. It
+// returns once every thread of the server is stopped (at most 5 s):
+// kill(SIGSTOP) returns before that, and on a busy machine the server
+// could run on for a while.
+func (s *Server) Pause() {
+	s.signal(syscall.SIGSTOP)
+	if pid := s.PID(); pid != 0 {
+		for end := time.Now().Add(5 * time.Second); !ProcessStopped(pid) && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// ProcessStopped reports whether every thread of process pid is stopped
+// (state T in /proc/PID/task/TID/stat), as a SIGSTOP leaves it once the
+// kernel has stopped them all: the kill returns before that. False when
+// the process is gone or /proc cannot tell.
+func ProcessStopped(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+		if err != nil {
+			return false // a thread that just ended, or one starting
+		}
+		// "tid (comm) S ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused server with SIGCONT.
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }

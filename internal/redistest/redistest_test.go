@@ -59,8 +59,15 @@ func TestStart7(t *testing.T) {
 		t.Errorf("INFO server has no redis_version %s:\n%s", s.Version, got)
 	}
 
-	// Pause: nothing is answered until Resume.
+	// Pause: every thread is stopped when it returns, and nothing is
+	// answered until Resume.
+	if ProcessStopped(s.PID()) {
+		t.Error("ProcessStopped before Pause")
+	}
 	s.Pause()
+	if !ProcessStopped(s.PID()) {
+		t.Error("a thread of the server still runs after Pause returned")
+	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	err := s.Do(short, "PING").Error()
 	cancel()
@@ -70,6 +77,12 @@ func TestStart7(t *testing.T) {
 	s.Resume()
 	if got := s.MustCmd(t, "PING"); got != "PONG" {
 		t.Errorf("PING after resume = %q", got)
+	}
+	if ProcessStopped(s.PID()) {
+		t.Error("ProcessStopped after Resume and a PONG")
+	}
+	if ProcessStopped(1 << 30) {
+		t.Error("ProcessStopped of a process that does not exist")
 	}
 
 	// Restart: same address, empty data set, clients reconnect.
