@@ -485,6 +485,25 @@ func (s *Server) MustCmd(t testing.TB, args ...string) string {
 	return out
 }
 
+// ClientField returns field (such as "id" or "sub") of the first
+// connection CLIENT LIST shows with the name name (CLIENT SETNAME), and
+// whether there is such a connection ("" for a field it lacks).
+func (s *Server) ClientField(t testing.TB, name, field string) (string, bool) {
+	t.Helper()
+	for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
+		if !strings.Contains(line, " name="+name+" ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, field+"="); ok {
+				return v, true
+			}
+		}
+		return "", true
+	}
+	return "", false
+}
+
 func format(v any, sep string) string {
 	switch v := v.(type) {
 	case nil:

@@ -52,6 +52,24 @@ func TestStart7(t *testing.T) {
 	if _, err := s.Cmd(t, "GET", "missing"); !rueidis.IsRedisNil(err) {
 		t.Errorf("GET missing: err = %v, want nil reply", err)
 	}
+	// ClientField: a named connection's fields, and none for a name
+	// nobody set.
+	named := s.Client(t, func(o *rueidis.ClientOption) { o.ClientName = "redistest-named" })
+	if err := named.Do(ctx, named.B().Ping().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := s.ClientField(t, "redistest-named", "id"); !ok || id == "" {
+		t.Errorf("ClientField(redistest-named, id) = %q, %v", id, ok)
+	}
+	if sub, ok := s.ClientField(t, "redistest-named", "sub"); !ok || sub != "0" {
+		t.Errorf("ClientField(redistest-named, sub) = %q, %v; want 0", sub, ok)
+	}
+	if v, ok := s.ClientField(t, "redistest-named", "nosuchfield"); !ok || v != "" {
+		t.Errorf("ClientField(redistest-named, nosuchfield) = %q, %v; want \"\", true", v, ok)
+	}
+	if v, ok := s.ClientField(t, "redistest-nobody", "id"); ok || v != "" {
+		t.Errorf("ClientField of a name nobody set = %q, %v", v, ok)
+	}
 	if _, err := s.Cmd(t, "NOSUCHCOMMAND"); err == nil {
 		t.Error("unknown command: no error")
 	}

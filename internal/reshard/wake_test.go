@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -143,7 +142,7 @@ func TestWaiterWakesThroughChanges(t *testing.T) {
 func waitNode(t *testing.T, c *redistest.Cluster) *redistest.Server {
 	t.Helper()
 	for _, s := range c.Nodes() {
-		if strings.Contains(s.MustCmd(t, "CLIENT", "LIST"), "name=coordhost-wait") {
+		if _, ok := s.ClientField(t, "coordhost-wait", "id"); ok {
 			return s
 		}
 	}
@@ -157,16 +156,9 @@ func waitNode(t *testing.T, c *redistest.Cluster) *redistest.Server {
 func waitSubs(t *testing.T, c *redistest.Cluster) int {
 	t.Helper()
 	for _, s := range c.Nodes() {
-		for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
-			if !strings.Contains(line, " name=coordhost-wait ") {
-				continue
-			}
-			for _, f := range strings.Fields(line) {
-				if v, ok := strings.CutPrefix(f, "sub="); ok {
-					n, _ := strconv.Atoi(v)
-					return n
-				}
-			}
+		if v, ok := s.ClientField(t, "coordhost-wait", "sub"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
 		}
 	}
 	return 0

@@ -287,15 +287,9 @@ func TestWaitSurvivesConnectionLoss(t *testing.T) {
 // waitConnID finds the wait engine's connection in CLIENT LIST.
 func waitConnID(t *testing.T, s *redistest.Server) string {
 	t.Helper()
-	for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
-		if strings.Contains(line, " name=coordhost-wait ") {
-			for _, f := range strings.Fields(line) {
-				if id, ok := strings.CutPrefix(f, "id="); ok {
-					return id
-				}
-			}
-		}
+	id, ok := s.ClientField(t, "coordhost-wait", "id")
+	if !ok {
+		t.Fatal("no coordhost-wait connection")
 	}
-	t.Fatal("no coordhost-wait connection")
-	return ""
+	return id
 }

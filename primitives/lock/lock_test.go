@@ -608,13 +608,9 @@ func commandstats(t *testing.T, s *redistest.Server) map[string]int {
 
 // waitConnID returns the CLIENT ID of the wait engine's connection.
 func waitConnID(t *testing.T, s *redistest.Server) string {
-	for _, line := range strings.Split(s.MustCmd(t, "CLIENT", "LIST"), "\n") {
-		if strings.Contains(line, " name=coordhost-wait ") {
-			id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
-			return id
-		}
-	}
-	return ""
+	t.Helper()
+	id, _ := s.ClientField(t, "coordhost-wait", "id")
+	return id
 }
 
 func ctxWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
