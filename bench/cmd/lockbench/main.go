@@ -276,12 +276,18 @@ func main() {
 		}
 		removeTemps()
 	}
+	// track lists a server for stopAll (and for section 6 to stop).
+	track := func(s *server) {
+		serversMu.Lock()
+		servers = append(servers, s)
+		serversMu.Unlock()
+	}
 	var srv *server
 	if needRedis {
 		if srv, err = startServer(bin7); err != nil {
 			fatalf("%v", err)
 		}
-		servers = append(servers, srv)
+		track(srv)
 	}
 	cleanup = stopAll
 	sigc := make(chan os.Signal, 1)
@@ -336,9 +342,7 @@ func main() {
 		if err != nil {
 			fatalf("%v", err)
 		}
-		serversMu.Lock()
-		servers = append(servers, srv8)
-		serversMu.Unlock()
+		track(srv8)
 		logf("redis %s (%s) on %s for section 5", srv8.version, srv8.bin, srv8.addr)
 		rep.server8 = srv8
 		rep.lease = sectionHandoff(srv8, o, leaseKinds(), o.leaseWaiters, "5")
@@ -355,21 +359,13 @@ func main() {
 		}
 		if strings.Contains(o.s8Parts, "3") {
 			srv.mustDo("FLUSHALL")
-			rep.latchWake = sectionLatchWake(srv, bin7, o, func(s *server) {
-				serversMu.Lock()
-				servers = append(servers, s)
-				serversMu.Unlock()
-			})
+			rep.latchWake = sectionLatchWake(srv, bin7, o, track)
 		}
 	}
 	if o.has("9") {
 		srv.mustDo("FLUSHALL")
 		var extra []*server
-		rep.redlock, extra = sectionRedlock(srv, bin7, o, func(s *server) {
-			serversMu.Lock()
-			servers = append(servers, s)
-			serversMu.Unlock()
-		})
+		rep.redlock, extra = sectionRedlock(srv, bin7, o, track)
 		rep.redlockServers = extra
 		for _, s := range extra {
 			s.stop()
@@ -385,11 +381,7 @@ func main() {
 	}
 	if o.has("12") {
 		srv.mustDo("FLUSHALL")
-		rep.scale = sectionScaleOut(srv, bin7, o, func(s *server) {
-			serversMu.Lock()
-			servers = append(servers, s)
-			serversMu.Unlock()
-		})
+		rep.scale = sectionScaleOut(srv, bin7, o, track)
 	}
 	if o.has("6") {
 		// In-process only: stop the Redis server(s) first, so the section
