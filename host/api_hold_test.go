@@ -26,6 +26,17 @@ func pttlOf(t *testing.T, s *redistest.Server, key string) int64 {
 	return n
 }
 
+// expiryOf returns key's absolute expiry (PEXPIRETIME, Unix ms); it fails
+// the test when the key is gone or has no TTL.
+func expiryOf(t *testing.T, s *redistest.Server, key string) int64 {
+	t.Helper()
+	at, err := strconv.ParseInt(s.MustCmd(t, "PEXPIRETIME", key), 10, 64)
+	if err != nil || at < 0 {
+		t.Fatalf("%s: PEXPIRETIME %s: %d %v", s.Addr, key, at, err)
+	}
+	return at
+}
+
 // A grant taken with a session gets the session's TTL, is listed by
 // GetSession, renewed by RenewSession and KeepAlive, released by
 // CloseSession; a session full of grants or gone refuses more and holds
@@ -128,16 +139,9 @@ func TestAPILockSession(t *testing.T) {
 	if _, err := c.lock.TryAcquire(ctx, connect.NewRequest(&coordhostv1.TryAcquireLockRequest{Name: "invoice", SessionId: sid})); err != nil {
 		t.Fatal(err)
 	}
-	// Absolute expiries (PEXPIRETIME): two PTTL reads would differ by the
-	// time between them.
-	expiry := func(key string) int64 {
-		n, err := strconv.ParseInt(s.MustCmd(t, "PEXPIRETIME", key), 10, 64)
-		if err != nil || n < 0 {
-			t.Fatalf("PEXPIRETIME %s: %d %v", key, n, err)
-		}
-		return n
-	}
-	se, le := expiry(sessionKey(sid)), expiry("m:coordhost:lock:invoice")
+	// Absolute expiries: two PTTL reads would differ by the time between
+	// them.
+	se, le := expiryOf(t, s, sessionKey(sid)), expiryOf(t, s, "m:coordhost:lock:invoice")
 	if le > se+50 || le < se-100 {
 		t.Fatalf("the lock expires at %d ms, not with the session at %d", le, se)
 	}

@@ -351,16 +351,10 @@ func TestAPIRedlock(t *testing.T) {
 	wantCode(t, "a lock block of that name", err, connect.CodeNotFound, coordhostv1.Reason_REASON_NAME_NOT_CONFIGURED, "")
 	// Absolute expiries, so slow reads cannot blur them: the renewal, at
 	// least 300 ms after the grant, moves each node's expiry on by as much.
-	expiry := func(n *redistest.Server) int64 {
-		at, err := strconv.ParseInt(n.MustCmd(t, "PEXPIRETIME", "m:coordhost:redlock:invoice"), 10, 64)
-		if err != nil || at < 0 {
-			t.Fatalf("node %s: PEXPIRETIME %d %v", n.Addr, at, err)
-		}
-		return at
-	}
+	const key = "m:coordhost:redlock:invoice"
 	before := make([]int64, len(holding))
 	for i, n := range holding {
-		before[i] = expiry(n)
+		before[i] = expiryOf(t, n, key)
 	}
 	time.Sleep(300 * time.Millisecond)
 	r, err := c.Renew(ctx, connect.NewRequest(&coordhostv1.RenewLockRequest{GrantId: g.GetGrantId()}))
@@ -368,7 +362,7 @@ func TestAPIRedlock(t *testing.T) {
 		t.Fatalf("Renew: %v %v", r, err)
 	}
 	for i, n := range holding {
-		if after := expiry(n); after < before[i]+299 {
+		if after := expiryOf(t, n, key); after < before[i]+299 {
 			t.Fatalf("node %s: the renewal moved the expiry from %d to %d ms, want 300 ms on at least", n.Addr, before[i], after)
 		}
 	}
